@@ -1,0 +1,34 @@
+"""The ``modelfleet`` command line: one sub-command per module under ``modelfleet.commands``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from modelfleet.commands import status, up, validate
+
+COMMANDS = (validate, up, status)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="modelfleet",
+        description="Serve open models to many teams through one OpenAI-compatible API.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``modelfleet`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

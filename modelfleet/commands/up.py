@@ -1,0 +1,158 @@
+"""``modelfleet up``: start the local stack in the foreground; Ctrl-C or SIGTERM stops it all."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from modelfleet.config import ConfigError
+from modelfleet.local.processes import pid_alive
+from modelfleet.local.stack import LocalStack, StackOptions
+from modelfleet.local.state import read_state, state_path, write_state
+
+PACKAGED_CONFIG = Path(__file__).resolve().parents[2] / "config"
+"""The example config of the checkout this package was installed from."""
+
+
+class _Stop(BaseException):
+    """Raised by the SIGTERM handler to unwind into the clean stop."""
+
+
+def register(sub: Any) -> None:
+    """Add the ``up`` sub-command to ``sub``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "up",
+        help="start the local stack: control plane, simulated replicas, a real Envoy",
+        description="Start on 127.0.0.1 the xDS control plane, one simulated vLLM replica per "
+        "entry of the config's `local.replicas`, and a real Envoy fed by the control plane. "
+        "Writes the connection facts to .modelfleet/local.json and runs until Ctrl-C or SIGTERM, "
+        "which stops every child.",
+    )
+    p.add_argument("--config", type=Path, default=None,
+                   help="config directory (default: ./config, else the example config)")
+    p.add_argument("--port", type=int, default=8080, help="public API port (default 8080)")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="run the simulated replicas this many times faster than real time")
+    p.add_argument("--seed", type=int, default=0, help="seed of the replicas' generated text")
+    p.add_argument("--debug", action="store_true", help="enable the control plane's debug endpoints")
+    p.add_argument("--json", action="store_true", help="print the connection facts as JSON when ready")
+    p.set_defaults(run=run)
+
+
+def default_config_dir() -> Path:
+    """./config when it exists, else the example config shipped with the checkout."""
+    here = Path("config")
+    return here if here.is_dir() else PACKAGED_CONFIG
+
+
+def snippets(base_url: str, key: str = "local-dev") -> str:
+    """Ready-to-paste curl and Python (openai) examples against ``base_url``."""
+    return f"""\
+  curl -sN {base_url}/chat/completions \\
+    -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
+    -H 'x-conversation-id: demo-1' \\
+    -d '{{"model": "chat-7b", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  python - <<'PY'
+  from openai import OpenAI
+  client = OpenAI(base_url="{base_url}", api_key="{key}")
+  stream = client.chat.completions.create(
+      model="chat-7b", messages=[{{"role": "user", "content": "Hello!"}}], stream=True,
+      stream_options={{"include_usage": True}}, extra_headers={{"x-conversation-id": "demo-1"}})
+  for chunk in stream:
+      if chunk.choices:
+          print(chunk.choices[0].delta.content or "", end="", flush=True)
+      elif chunk.usage:
+          print("\\n", chunk.usage)
+  PY"""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the stack, print how to use it, wait for a stop signal, stop every child."""
+    facts_path = state_path(".")
+    previous = read_state(facts_path)
+    if previous and pid_alive(int(previous.get("pid", 0))):
+        print(f"modelfleet up: a local stack started from here is already running (pid {previous['pid']}); "
+              "stop it first", file=sys.stderr)
+        return 1
+    options = StackOptions(
+        config_dir=args.config or default_config_dir(),
+        port=args.port,
+        state_dir=facts_path.parent,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        debug=args.debug,
+    )
+    stack = LocalStack(options)
+    stop_requested = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, on_term)
+    code = 0
+    try:
+        facts = stack.start(progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+        write_state(facts_path, facts)
+        if args.json:
+            print(json.dumps(facts, indent=2), flush=True)
+        else:
+            print(_banner(facts, facts_path), flush=True)
+        code = _watch(stack, stop_requested)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        code = 1
+    except (KeyboardInterrupt, _Stop):
+        code = 0
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"modelfleet up: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("modelfleet up: stopping", file=sys.stderr, flush=True)
+        stack.stop()
+        facts_path.unlink(missing_ok=True)
+    return code
+
+
+def _watch(stack: LocalStack, stop_requested: threading.Event) -> int:
+    """Wait for a stop; report children that die; give up if Envoy or the control plane does."""
+    reported: set[int] = set()
+    while not stop_requested.wait(1.0):
+        for child in stack.dead_children():
+            if child.pid in reported:
+                continue
+            reported.add(child.pid)
+            print(f"modelfleet up: {child.name} (pid {child.pid}) exited with {child.popen.returncode}; "
+                  f"log: {child.log}", file=sys.stderr, flush=True)
+            if child.role in ("envoy", "control-plane"):
+                return 1
+    return 0
+
+
+def _banner(facts: dict[str, Any], facts_path: Path) -> str:
+    replicas = [p for p in facts["processes"] if p["role"] == "replica"]
+    versions = sorted({p["model_version"] for p in replicas})
+    cp = facts["control_plane"]
+    return f"""
+modelfleet is up: {len(replicas)} simulated replicas of {', '.join(versions)} behind Envoy
+
+  API base URL    {facts['base_url']}
+  Envoy admin     {facts['envoy_admin_url']}
+  control plane   {cp['http_url']}  (xDS {cp['xds_address']})
+  facts           {facts_path}
+
+Try it:
+{snippets(facts['base_url'])}
+
+`modelfleet status` shows replicas, versions and Envoy's view. Ctrl-C stops everything.
+"""

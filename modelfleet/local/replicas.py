@@ -1,0 +1,55 @@
+"""How the local stack starts one simulated replica for a version of the config (pure).
+
+The simulated replica takes vLLM's flags (``--host``, ``--port``, ``--served-model-name``) plus
+its engine parameters, which come from the version record: weights and KV bytes from the
+architecture and precision, memory from the GPU type, capacity from the load test.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from modelfleet.config import Version
+from modelfleet.config.hardware import GPU_TYPES, kv_bytes_per_token, weights_bytes
+from modelfleet.local.processes import python_module
+
+
+def engine_params(version: Version) -> dict[str, Any]:
+    """The simulated engine's parameters (``replica.params.EngineParams`` fields) for ``version``."""
+    arch = version.architecture
+    ec = version.engine_config
+    return {
+        "weights_bytes": weights_bytes(arch.params_billion, version.precision),
+        "kv_bytes_per_token": kv_bytes_per_token(arch.layers, arch.kv_heads, arch.head_dim),
+        "capacity_tokens_per_s": version.capacity.output_tokens_per_s,
+        "capacity_streams": version.capacity.streams,
+        "gpu_memory_bytes": GPU_TYPES[version.gpu_type].memory_bytes,
+        "num_gpus": version.gpus_per_replica,
+        "gpu_memory_utilization": ec.gpu_memory_utilization,
+        "max_num_seqs": ec.max_num_seqs,
+        "max_model_len": ec.max_model_len,
+        "enable_prefix_caching": ec.enable_prefix_caching,
+    }
+
+
+def served_model_names(version: Version) -> list[str]:
+    """Names the replica answers to: the model name and the explicit ``model@version``."""
+    return [version.model, version.key]
+
+
+def replica_argv(version: Version, replica_id: str, host: str, port: int, region: str,
+                 time_scale: float, seed: int) -> list[str]:
+    """The command line of one simulated replica of ``version`` on ``host:port``."""
+    return python_module(
+        "replica",
+        "--host", host,
+        "--port", str(port),
+        "--served-model-name", *served_model_names(version),
+        "--model-version", version.version,
+        "--replica-id", replica_id,
+        "--region", region,
+        "--seed", str(seed),
+        "--time-scale", repr(time_scale),
+        "--engine-params", json.dumps(engine_params(version)),
+    )

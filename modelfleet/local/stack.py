@@ -1,0 +1,196 @@
+"""The local stack: control plane, simulated replicas and a real Envoy on loopback (I/O edge).
+
+``LocalStack.start`` brings the processes up in dependency order and returns the connection
+facts; ``LocalStack.stop`` stops every child by its PID, Envoy first so no request is cut at a
+replica that is already gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from modelfleet.config import PlatformConfig, Version, load_config
+from modelfleet.local import processes as proc
+from modelfleet.local.plan import ReplicaPlan, replica_plan
+from modelfleet.local.replicas import replica_argv
+
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class StackOptions:
+    """How to start the local stack. Ports of 0 are picked free at start."""
+
+    config_dir: Path
+    port: int = 8080
+    """The public API port (Envoy's listener)."""
+    state_dir: Path = Path(".modelfleet")
+    time_scale: float | None = None
+    """Overrides the config's ``local.time_scale`` when set."""
+    seed: int = 0
+    debug: bool = False
+    """Start the control plane with its debug endpoints (tests inject invalid resources)."""
+
+
+@dataclass
+class LocalStack:
+    """A running (or stopped) local stack and its children."""
+
+    options: StackOptions
+    children: list[proc.Child] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.options.state_dir / "logs"
+
+    def start(self, progress: Any = None) -> dict[str, Any]:
+        """Start everything and wait until Envoy serves; returns the facts of ``local.json``.
+
+        ``progress`` is called with one-line messages (or ignored when None). On any failure the
+        children already started are stopped before the error propagates.
+        """
+        say = progress or (lambda _msg: None)
+        opts = self.options
+        cfg = load_config(opts.config_dir).config
+        try:
+            cp = self._start_control_plane(opts, say)
+            self._start_replicas(cfg, opts, cp, say)
+            envoy = self._start_envoy(cp, say)
+            self._wait_serving(envoy, cfg, say)
+        except BaseException:
+            self.stop()
+            raise
+        self.facts = self._facts(cp, envoy)
+        return self.facts
+
+    def _start_control_plane(self, opts: StackOptions, say: Any) -> proc.Child:
+        xds_port, http_port = proc.free_port(), proc.free_port()
+        argv = proc.python_module(
+            "envoy_control",
+            "--config", str(opts.config_dir.resolve()),
+            "--host", HOST,
+            "--xds-port", str(xds_port),
+            "--http-port", str(http_port),
+            "--listener-port", str(opts.port),
+            *(["--debug"] if opts.debug else []),
+        )
+        say(f"control plane: xDS on {HOST}:{xds_port}, HTTP on {HOST}:{http_port}")
+        cp = proc.spawn("control-plane", "control-plane", argv, http_port, self.log_dir)
+        cp.extra["xds_port"] = xds_port
+        self.children.append(cp)
+        proc.wait_until(proc.http_ok(f"http://{HOST}:{http_port}/health"), READY_TIMEOUT_S, "control plane", cp)
+        return cp
+
+    def _start_replicas(self, cfg: PlatformConfig, opts: StackOptions, cp: proc.Child, say: Any) -> None:
+        time_scale = opts.time_scale or cfg.local.time_scale
+        started: list[tuple[ReplicaPlan, proc.Child]] = []
+        for plan in replica_plan(cfg):
+            version = cfg.version(plan.model, plan.version)
+            assert version is not None  # checked by load_config
+            port = proc.free_port()
+            argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region, time_scale,
+                                opts.seed + plan.index)
+            child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target)
+            child.extra["replica_id"] = plan.replica_id
+            self.children.append(child)
+            started.append((plan, child))
+        say(f"replicas: starting {len(started)} ({', '.join(sorted({p.target for p, _ in started}))})")
+        for plan, child in started:
+            proc.wait_until(proc.http_ok(f"http://{HOST}:{child.port}/health"), READY_TIMEOUT_S,
+                            f"replica {plan.replica_id}", child)
+            register_replica(f"http://{HOST}:{cp.port}", plan.replica_id, plan.model, plan.version, HOST,
+                             child.port)
+
+    def _start_envoy(self, cp: proc.Child, say: Any) -> proc.Child:
+        from envoy_control.bootstrap import render_bootstrap
+        from envoy_control.envoy_process import envoy_argv
+
+        admin_port = proc.free_port()
+        boot = render_bootstrap(
+            node_id="modelfleet-local-envoy-0",
+            cluster="modelfleet-local",
+            admin_port=admin_port,
+            xds_host=HOST,
+            xds_port=int(str(cp.extra["xds_port"])),
+        )
+        path = self.options.state_dir / "envoy-bootstrap.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(boot, indent=2))
+        say(f"envoy: admin on {HOST}:{admin_port}, API on {HOST}:{self.options.port}")
+        envoy = proc.spawn("envoy", "envoy", envoy_argv(path, base_id=os.getpid() % 60000),
+                           self.options.port, self.log_dir)
+        envoy.extra["admin_port"] = admin_port
+        self.children.append(envoy)
+        proc.wait_until(_envoy_live(admin_port), READY_TIMEOUT_S, "envoy", envoy)
+        return envoy
+
+    def _wait_serving(self, envoy: proc.Child, cfg: PlatformConfig, say: Any) -> None:
+        admin = f"http://{HOST}:{envoy.extra['admin_port']}"
+        targets = {f"{m.name}@{m.live}" for m in cfg.models}
+
+        def clusters_ready() -> bool:
+            text = httpx.get(f"{admin}/clusters", timeout=1.0).text
+            return all(f"{t}::" in text and "::health_flags::healthy" in text for t in targets)
+
+        proc.wait_until(clusters_ready, READY_TIMEOUT_S, "envoy clusters", envoy)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:  # the listener arrives after the clusters (CDS -> LDS)
+            try:
+                httpx.get(f"http://{HOST}:{self.options.port}/v1/models", timeout=1.0)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        say("envoy: serving")
+
+    def _facts(self, cp: proc.Child, envoy: proc.Child) -> dict[str, Any]:
+        return {
+            "base_url": f"http://{HOST}:{self.options.port}/v1",
+            "envoy_admin_url": f"http://{HOST}:{envoy.extra['admin_port']}",
+            "control_plane": {
+                "http_url": f"http://{HOST}:{cp.port}",
+                "xds_address": f"{HOST}:{cp.extra['xds_port']}",
+            },
+            "config_dir": str(self.options.config_dir.resolve()),
+            "pid": os.getpid(),
+            "started_at": time.time(),
+            "processes": [c.as_dict() for c in self.children],
+        }
+
+    def stop(self) -> None:
+        """Stop every child by PID: Envoy first, then replicas, then the control plane."""
+        order = {"envoy": 0, "replica": 1, "control-plane": 2}
+        for child in sorted(self.children, key=lambda c: order.get(c.role, 3)):
+            proc.stop(child)
+
+    def dead_children(self) -> list[proc.Child]:
+        """Children that exited on their own."""
+        return [c for c in self.children if not c.alive()]
+
+
+def register_replica(cp_url: str, replica_id: str, model: str, version: str, host: str, port: int) -> None:
+    """Tell the control plane a replica serves ``model@version`` at ``host:port``."""
+    r = httpx.put(f"{cp_url}/v1/replicas/{replica_id}",
+                  json={"model": model, "version": version, "host": host, "port": port}, timeout=5.0)
+    r.raise_for_status()
+
+
+def _envoy_live(admin_port: int) -> Any:
+    def probe() -> bool:
+        r = httpx.get(f"http://{HOST}:{admin_port}/ready", timeout=1.0)
+        return r.status_code == 200 and "LIVE" in r.text
+    return probe
+
+
+def version_of(cfg: PlatformConfig, target: str) -> Version | None:
+    """The version record of ``model@version``."""
+    model, _, version = target.partition("@")
+    return cfg.version(model, version)

@@ -1,0 +1,98 @@
+"""Helpers that start a real local stack (`modelfleet up`) for the live tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelfleet.local.processes import free_port, pid_alive
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 120.0
+
+
+@dataclass
+class RunningStack:
+    """A `modelfleet up` process started by a test, and the facts it wrote."""
+
+    popen: subprocess.Popen[bytes]
+    cwd: Path
+    facts: dict[str, Any]
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return str(self.facts["base_url"])
+
+    def child_pids(self) -> list[int]:
+        return [int(p["pid"]) for p in self.facts["processes"]]
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> int:
+        """Send ``sig`` to `modelfleet up` and wait for it; returns its exit status."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return int(self.popen.returncode)
+
+
+def write_config(dest: Path, replicas: dict[str, int] | None = None, time_scale: float = 1.0) -> Path:
+    """A copy of the example config with the given local replicas and time scale."""
+    shutil.copytree(REPO / "config", dest)
+    local = yaml.safe_load((dest / "local.yaml").read_text())
+    if replicas is not None:
+        local["local"]["replicas"] = replicas
+    local["local"]["time_scale"] = time_scale
+    (dest / "local.yaml").write_text(yaml.safe_dump(local))
+    return dest
+
+
+def start_stack(cwd: Path, config: Path, *extra: str) -> RunningStack:
+    """Run `modelfleet up` in ``cwd`` and wait until it has written ``.modelfleet/local.json``."""
+    exe = Path(sys.executable).parent / "modelfleet"
+    log = cwd / "up.log"
+    port = free_port()
+    with log.open("wb") as fh:
+        popen = subprocess.Popen(
+            [str(exe), "up", "--config", str(config), "--port", str(port), *extra],
+            cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    facts_path = cwd / ".modelfleet" / "local.json"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise RuntimeError(f"modelfleet up exited with {popen.returncode}:\n{log.read_text()}")
+        if facts_path.exists():
+            facts = json.loads(facts_path.read_text())
+            return RunningStack(popen, cwd, facts, log)
+        time.sleep(0.1)
+    popen.send_signal(signal.SIGINT)
+    popen.wait(timeout=30)
+    raise TimeoutError(f"modelfleet up not ready in {START_TIMEOUT_S} s:\n{log.read_text()}")
+
+
+def assert_all_stopped(stack: RunningStack) -> None:
+    """No child of the stack is left running, and the facts file is gone."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(pid_alive(p) for p in stack.child_pids()):
+        time.sleep(0.05)
+    left = [p for p in stack.child_pids() if pid_alive(p)]
+    for pid in left:  # clean up before failing, so nothing outlives the test run
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes left behind: {left}\n{stack.log.read_text()}"
+    assert not (stack.cwd / ".modelfleet" / "local.json").exists()
