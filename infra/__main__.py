@@ -17,7 +17,7 @@ from modelfleet.config import load_config
 stack_cfg = pulumi.Config("modelfleet")
 kind = stack_cfg.get("kind") or "region"
 config_dir = Path(__file__).resolve().parent.parent / "config"
-platform = load_config(stack_cfg.get("configDir") and Path(stack_cfg.require("configDir")) or config_dir).config
+platform = load_config((stack_cfg.get("configDir") and Path(stack_cfg.require("configDir"))) or config_dir).config
 
 if kind == "region":
     region = stack_cfg.require("region")

@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from modelfleet.commands import status, up, validate
+from modelfleet.commands import plan, status, up, validate
 
-COMMANDS = (validate, up, status)
+COMMANDS = (validate, up, status, plan)
 
 
 def build_parser() -> argparse.ArgumentParser:

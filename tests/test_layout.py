@@ -36,7 +36,6 @@ def test_pulumi_project_points_at_infra_and_stacks() -> None:
 
 def test_envoy_control_does_not_shadow_the_envoy_protos() -> None:
     import envoy.config.cluster.v3.cluster_pb2 as cluster_pb2
-
     import envoy_control
 
     assert Path(envoy_control.__file__).parent == REPO / "envoy"

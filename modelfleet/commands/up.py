@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise _Stop
 
     signal.signal(signal.SIGTERM, on_term)
+    # Also when started from a shell that ignores SIGINT for background jobs: Ctrl-C must stop it.
+    signal.signal(signal.SIGINT, on_term)
     code = 0
     try:
         facts = stack.start(progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))

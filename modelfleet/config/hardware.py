@@ -51,12 +51,14 @@ def weights_bytes(params_billion: float, precision: str) -> int:
     return int(params_billion * GB * BYTES_PER_WEIGHT[precision])
 
 
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int) -> int:
-    """Bytes of KV cache per token: keys and values, every layer and KV head, FP16.
+def kv_bytes_per_token(
+    layers: int, kv_heads: int, head_dim: int, bytes_per_value: int = KV_BYTES_PER_VALUE
+) -> int:
+    """Bytes of KV cache per token: keys and values, every layer and KV head.
 
     The seed's 7B: 2 x 32 layers x 8 heads x 128 x 2 bytes = 131,072 bytes per token.
     """
-    return 2 * layers * kv_heads * head_dim * KV_BYTES_PER_VALUE
+    return 2 * layers * kv_heads * head_dim * bytes_per_value
 
 
 def kv_cache_bytes(

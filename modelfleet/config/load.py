@@ -57,31 +57,40 @@ class LoadResult:
     files: list[Path]
 
 
-def _plain(node: yaml.Node, path: tuple[str | int, ...], lines: dict[str, int]) -> Any:
+def _plain(
+    loader: yaml.SafeLoader, node: yaml.Node, path: tuple[str | int, ...], lines: dict[str, int]
+) -> Any:
     """Turn a composed YAML node into plain Python, noting the 1-based line of every path."""
     lines[join_path(path)] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node))
-            out[key] = _plain(value_node, (*path, str(key)), lines)
+            key = loader.construct_object(key_node, deep=True)
+            out[key] = _plain(loader, value_node, (*path, str(key)), lines)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_plain(v, (*path, i), lines) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+        return [_plain(loader, v, (*path, i), lines) for i, v in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where installed: the same documents, parsed about 50x faster."""
 
 
 def _read(file: Path, display: str) -> tuple[dict[str, Any], dict[str, int], list[Problem]]:
+    loader = _Loader(file.read_text(encoding="utf-8"))
+    lines: dict[str, int] = {}
     try:
-        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        node = loader.get_single_node()
+        if node is None:
+            return {}, {}, []
+        data = _plain(loader, node, (), lines)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         return {}, {}, [Problem(Location(display, "", line), f"not valid YAML: {exc}")]
-    if node is None:
-        return {}, {}, []
-    lines: dict[str, int] = {}
-    data = _plain(node, (), lines)
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         return {}, {}, [Problem(Location(display, "", 1), "top level must be a mapping of sections")]
     problems = [

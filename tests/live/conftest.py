@@ -6,7 +6,8 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-from livestack import RunningStack, assert_all_stopped, start_stack, write_config
+
+from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack, write_config
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from livestack import RunningStack, assert_all_stopped, start_stack, write_config
+
+from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack, write_config
 
 pytestmark = pytest.mark.live
 

@@ -1,4 +1,9 @@
-"""Helpers that start a real local stack (`modelfleet up`) for the live tests."""
+"""Run a whole local stack (`modelfleet up` as a child process) from tests, benchmarks and scripts.
+
+Unlike :class:`modelfleet.local.stack.LocalStack`, which is the stack itself, this drives the
+`modelfleet up` command exactly as a user would, and checks afterwards that nothing was left
+running.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from modelfleet.local.processes import free_port, pid_alive
 
-REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "config"
 START_TIMEOUT_S = 120.0
 
 
@@ -52,7 +56,7 @@ class RunningStack:
 
 def write_config(dest: Path, replicas: dict[str, int] | None = None, time_scale: float = 1.0) -> Path:
     """A copy of the example config with the given local replicas and time scale."""
-    shutil.copytree(REPO / "config", dest)
+    shutil.copytree(EXAMPLE_CONFIG, dest)
     local = yaml.safe_load((dest / "local.yaml").read_text())
     if replicas is not None:
         local["local"]["replicas"] = replicas

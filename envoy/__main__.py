@@ -1,0 +1,139 @@
+"""``python -m envoy_control``: the control-plane process (ADS on gRPC + HTTP API, one asyncio loop).
+
+    python -m envoy_control --config DIR --xds-port P --http-port Q --listener-port L \\
+        [--host 127.0.0.1] [--listener-host H] [--debug] [--log-level info]
+
+Stops cleanly on SIGTERM or SIGINT: HTTP first, then the ADS streams (Envoys keep serving the last
+configuration they received).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Generator, Sequence
+from pathlib import Path
+
+import uvicorn
+from envoy_control.cache import SnapshotCache
+from envoy_control.desired import ListenerSpec
+from envoy_control.http_api import create_app
+from envoy_control.plane import ControlPlane
+from envoy_control.server import start_ads_server
+
+from modelfleet.config import ConfigError
+
+log = logging.getLogger("envoy_control")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: this process owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring). Ports are TCP ports."""
+    p = argparse.ArgumentParser(
+        prog="python -m envoy_control", description="modelfleet xDS control plane"
+    )
+    p.add_argument("--config", required=True, type=Path, help="config directory (config/*.yaml)")
+    p.add_argument("--xds-port", required=True, type=int, help="ADS gRPC port")
+    p.add_argument("--http-port", required=True, type=int, help="HTTP API port")
+    p.add_argument(
+        "--listener-port", required=True, type=int, help="Envoy's public API listener port"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address the xDS and HTTP servers bind")
+    p.add_argument(
+        "--listener-host", default=None, help="address of Envoy's listener (default: --host)"
+    )
+    p.add_argument(
+        "--region", default=None, help="endpoint locality (default: the config's local region)"
+    )
+    p.add_argument(
+        "--watch-interval", type=float, default=0.2, help="config poll interval, seconds"
+    )
+    p.add_argument(
+        "--no-access-log", action="store_true", help="no per-request log lines on Envoy's stdout"
+    )
+    p.add_argument(
+        "--debug", action="store_true", help="enable /v1/debug/* (inject invalid resources)"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p.parse_args(argv)
+
+
+async def run(opts: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit code (2 when the config is invalid)."""
+    cache = SnapshotCache()
+    listener = ListenerSpec(
+        opts.listener_host or opts.host, opts.listener_port, not opts.no_access_log
+    )
+    plane = ControlPlane(opts.config, cache, listener, region=opts.region)
+    try:
+        first = plane.load()
+    except ConfigError as exc:
+        print(f"envoy_control: {exc}", file=sys.stderr)
+        return 2
+    log.info("config %s loaded: snapshot %s", opts.config, first.snapshot.version)
+
+    ads, xds_port = await start_ads_server(cache, opts.host, opts.xds_port)
+    http = _Server(
+        uvicorn.Config(
+            create_app(plane, debug=opts.debug),
+            host=opts.host,
+            port=opts.http_port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    http_task = asyncio.create_task(http.serve())
+    watch_task = asyncio.create_task(plane.watch_config(opts.watch_interval))
+    stop_task = asyncio.create_task(stop.wait())
+    log.info(
+        "control plane up: xDS %s:%d, HTTP %s:%d, listener %s:%d%s",
+        opts.host,
+        xds_port,
+        opts.host,
+        opts.http_port,
+        listener.host,
+        listener.port,
+        " (debug endpoints on)" if opts.debug else "",
+    )
+    try:
+        await asyncio.wait({http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        log.info("control plane stopping")
+        http.should_exit = True
+        watch_task.cancel()
+        stop_task.cancel()
+        await ads.stop(1.0)
+        with contextlib.suppress(asyncio.CancelledError):
+            await http_task
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch_task
+    return 0 if stop.is_set() else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m envoy_control``."""
+    opts = parse_args(argv)
+    logging.basicConfig(
+        level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return asyncio.run(run(opts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

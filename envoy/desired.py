@@ -1,0 +1,91 @@
+"""Desired state: the declared config plus the replica set, turned into xDS resources (pure).
+
+- one EDS cluster per declared, not retired ``model@version``;
+- one ClusterLoadAssignment per cluster, with that version's replicas (possibly none);
+- one listener for the public API and one route configuration: each model name to its live
+  version (canary split, shadow copy), each ``model@version`` to itself.
+
+Replicas of a version that is not declared (or retired) are left out, and reported by
+:func:`unroutable_replicas`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from envoy_control.clusters import make_cluster, make_load_assignment
+from envoy_control.listeners import make_listener
+from envoy_control.replicas import Replica, replicas_by_key
+from envoy_control.routes import AliasRoute, make_route_config
+from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from google.protobuf.message import Message
+
+from modelfleet.config import PlatformConfig
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """Where Envoy's public API listens: ``host`` and TCP ``port``."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    access_log: bool = True
+
+
+def served_version_keys(config: PlatformConfig) -> list[str]:
+    """``model@version`` of every declared version that is not retired, in declaration order."""
+    return [v.key for v in config.versions if v.status != "retired"]
+
+
+def alias_routes(config: PlatformConfig) -> list[AliasRoute]:
+    """Each declared model name and where its traffic goes."""
+    out = []
+    for m in config.models:
+        out.append(
+            AliasRoute(
+                model=m.name,
+                live=f"{m.name}@{m.live}",
+                canary=f"{m.name}@{m.canary.version}" if m.canary else None,
+                canary_percent=m.canary.percent if m.canary else 0.0,
+                shadow=f"{m.name}@{m.shadow.version}" if m.shadow else None,
+                shadow_fraction=m.shadow.fraction if m.shadow else 0.0,
+            )
+        )
+    return out
+
+
+def unroutable_replicas(config: PlatformConfig, replicas: Iterable[Replica]) -> list[Replica]:
+    """Replicas whose ``model@version`` has no cluster (undeclared or retired)."""
+    keys = set(served_version_keys(config))
+    return [r for r in replicas if r.key not in keys]
+
+
+def build_resources(
+    config: PlatformConfig,
+    replicas: Iterable[Replica],
+    listener: ListenerSpec,
+    extra: Mapping[str, Sequence[Message]] | None = None,
+    region: str | None = None,
+) -> dict[str, list[Message]]:
+    """All xDS resources for ``config`` and ``replicas``, by type URL.
+
+    ``extra`` adds resources as they are (the debug endpoint's deliberately invalid ones);
+    ``region`` names the endpoints' locality (default: the config's local-stack region).
+    """
+    keys = served_version_keys(config)
+    groups = replicas_by_key(replicas)
+    resources: dict[str, list[Message]] = {
+        CLUSTER: [make_cluster(k) for k in keys],
+        ENDPOINT: [
+            make_load_assignment(
+                k, groups.get(k, ()), region if region is not None else config.local.region
+            )
+            for k in keys
+        ],
+        LISTENER: [make_listener(listener.host, listener.port, access_log=listener.access_log)],
+        ROUTE: [make_route_config(alias_routes(config), keys)],
+    }
+    for type_url, messages in (extra or {}).items():
+        resources.setdefault(type_url, []).extend(messages)
+    return resources

@@ -1,0 +1,266 @@
+"""Fixtures for the control-plane tests: the example config, replica sets, and for live tests a
+control-plane process, tiny upstream servers standing in for replicas, and a real Envoy.
+
+Every process started here is stopped by its PID at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from envoy_control.envoy_process import (
+    EnvoyProcess,
+    envoy_binary,
+    free_port,
+    start_envoy,
+    stop_envoy,
+)
+from envoy_control.replicas import Replica
+
+from modelfleet.config import PlatformConfig, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO / "config"
+UPSTREAM_VERSIONS = {
+    "chat-7b-v13-0": "v13",
+    "chat-7b-v13-1": "v13",
+    "chat-7b-v13-2": "v13",
+    "chat-7b-v14-0": "v14",
+}
+"""The live tests' stand-in replicas and the chat-7b version each serves."""
+
+
+def _wait(probe: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready within {timeout_s} s")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def example_config() -> PlatformConfig:
+    """The repository's declared config (config/*.yaml)."""
+    return load_config(CONFIG_DIR).config
+
+
+@pytest.fixture
+def example_replicas() -> list[Replica]:
+    """Three v13 replicas, one v14 replica, none for reason-70b."""
+    return [
+        Replica("chat-7b-v13-0", "chat-7b", "v13", "127.0.0.1", 9100),
+        Replica("chat-7b-v13-1", "chat-7b", "v13", "127.0.0.1", 9101),
+        Replica("chat-7b-v13-2", "chat-7b", "v13", "127.0.0.1", 9102),
+        Replica("chat-7b-v14-0", "chat-7b", "v14", "127.0.0.1", 9200),
+    ]
+
+
+# ---------------------------------------------------------------- live: upstream replicas
+
+
+class _EchoHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
+    replica_id = "?"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        out = json.dumps(
+            {"replica_id": self.replica_id, "path": self.path, "body": body.decode()}
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = _answer
+    do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Upstream:
+    """A tiny HTTP server standing in for a replica: answers ``{"replica_id", "path", "body"}``."""
+
+    replica_id: str
+    port: int
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def start_upstream(replica_id: str) -> Upstream:
+    """Start an echo server on a free loopback port, in a daemon thread."""
+    handler = type(f"Echo_{replica_id}", (_EchoHandler,), {"replica_id": replica_id})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    return Upstream(replica_id, int(server.server_address[1]), server, thread)
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[dict[str, Upstream]]:
+    """Echo servers for chat-7b-v13-0/1/2 and chat-7b-v14-0, by replica id."""
+    started = {i: start_upstream(i) for i in UPSTREAM_VERSIONS}
+    yield started
+    for u in started.values():
+        u.stop()
+
+
+# ---------------------------------------------------------------- live: control plane process
+
+
+@dataclass
+class ControlPlaneProcess:
+    """A running ``python -m envoy_control``: its ports, config copy and process."""
+
+    popen: subprocess.Popen[bytes]
+    config_dir: Path
+    xds_port: int
+    http_port: int
+    listener_port: int
+    log_path: Path
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5))
+    """One client for every call (a new httpx client per call costs ~30 ms of TLS setup)."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def api_url(self) -> str:
+        """Envoy's public API listener."""
+        return f"http://127.0.0.1:{self.listener_port}"
+
+    def get(self, path: str) -> Any:
+        r = self.http.get(self.url + path)
+        r.raise_for_status()
+        return r.json()
+
+    def put_replica(self, replica_id: str, model: str, version: str, port: int) -> Any:
+        r = self.http.put(
+            f"{self.url}/v1/replicas/{replica_id}",
+            json={"model": model, "version": version, "host": "127.0.0.1", "port": port},
+        )
+        r.raise_for_status()
+        return r.json()
+
+
+def start_control_plane(
+    config_src: Path, work_dir: Path, debug: bool = True
+) -> ControlPlaneProcess:
+    """Copy ``config_src`` under ``work_dir`` and start the control plane on free ports."""
+    config_dir = work_dir / "config"
+    shutil.copytree(config_src, config_dir)
+    xds_port, http_port, listener_port = free_port(), free_port(), free_port()
+    log_path = work_dir / "control-plane.log"
+    argv = [
+        sys.executable,
+        "-P",
+        "-m",
+        "envoy_control",
+        "--config",
+        str(config_dir),
+        "--xds-port",
+        str(xds_port),
+        "--http-port",
+        str(http_port),
+        "--listener-port",
+        str(listener_port),
+    ]
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            [*argv, *(["--debug"] if debug else [])],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    cp = ControlPlaneProcess(popen, config_dir, xds_port, http_port, listener_port, log_path)
+
+    def healthy() -> bool:
+        if popen.poll() is not None:
+            raise RuntimeError(f"control plane exited: {log_path.read_text()}")
+        try:
+            return cp.http.get(cp.url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait(healthy, 20, "control plane")
+    except BaseException:
+        stop_control_plane(cp)
+        raise
+    return cp
+
+
+def stop_control_plane(cp: ControlPlaneProcess, timeout_s: float = 10.0) -> int:
+    """SIGTERM by PID, SIGKILL after ``timeout_s`` seconds; returns the exit code."""
+    cp.http.close()
+    if cp.popen.poll() is None:
+        os.kill(cp.popen.pid, signal.SIGTERM)
+        try:
+            cp.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(cp.popen.pid, signal.SIGKILL)
+            cp.popen.wait(timeout=timeout_s)
+    return int(cp.popen.returncode)
+
+
+@pytest.fixture(scope="module")
+def live_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        envoy_binary()
+    except FileNotFoundError:
+        pytest.skip("no Envoy binary")
+    return tmp_path_factory.mktemp("xds-live")
+
+
+@pytest.fixture(scope="module")
+def control_plane(live_dir: Path, upstreams: dict[str, Upstream]) -> Iterator[ControlPlaneProcess]:
+    """The control plane (with --debug) on a copy of config/, every upstream registered."""
+    cp = start_control_plane(CONFIG_DIR, live_dir)
+    try:
+        for rid, u in upstreams.items():
+            cp.put_replica(rid, "chat-7b", UPSTREAM_VERSIONS[rid], u.port)
+        yield cp
+    finally:
+        code = stop_control_plane(cp)
+        assert code == 0, f"control plane exit code {code}: {cp.log_path.read_text()[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def envoy(control_plane: ControlPlaneProcess, live_dir: Path) -> Iterator[EnvoyProcess]:
+    """A real Envoy connected to ``control_plane``, LIVE."""
+    proc = start_envoy(
+        node_id="test-envoy-0", xds_port=control_plane.xds_port, work_dir=live_dir / "envoy"
+    )
+    try:
+        yield proc
+    finally:
+        stop_envoy(proc)

@@ -1,0 +1,343 @@
+"""Live: the control-plane process and a real Envoy 1.40 on loopback, stand-in replicas behind it.
+
+Envoy must ACK the snapshot (its config_dump shows the snapshot's versions), route on the body's
+``model``, apply a change within a second, and keep serving its last good config after a NACK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import yaml
+from envoy_control.cache import SnapshotCache
+from envoy_control.clusters import seconds
+from envoy_control.desired import ListenerSpec, build_resources
+from envoy_control.envoy_process import (
+    EnvoyProcess,
+    config_dump,
+    dumped_versions,
+    start_envoy,
+    stop_envoy,
+)
+from envoy_control.http_api import DEBUG_INVALID_CLUSTER
+from envoy_control.replicas import Replica
+from envoy_control.server import start_ads_server
+from envoy_control.snapshot import CLUSTER, new_snapshot
+
+from modelfleet.config import load_config
+
+if TYPE_CHECKING:
+    from tests.envoy_control.conftest import ControlPlaneProcess, Upstream
+
+pytestmark = pytest.mark.live
+
+CHAT = "/v1/chat/completions"
+
+
+def poll(
+    probe: Callable[[], Any], timeout_s: float, interval_s: float = 0.005
+) -> tuple[Any, float]:
+    """Call ``probe`` until it returns something truthy; returns (value, seconds taken)."""
+    start = time.monotonic()
+    while True:
+        value = probe()
+        if value:
+            return value, time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, f"condition not met within {timeout_s} s"
+        time.sleep(interval_s)
+
+
+def _chat(
+    cp: ControlPlaneProcess, body: Any, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    content = body if isinstance(body, str) else json.dumps(body)
+    response: httpx.Response = cp.http.post(
+        cp.api_url + CHAT,
+        content=content,
+        headers={"content-type": "application/json", **(headers or {})},
+    )
+    return response
+
+
+def _clusters(dump: dict[str, Any]) -> dict[str, str]:
+    """Active dynamic clusters and their versions."""
+    (cds,) = [c for c in dump["configs"] if c["@type"].endswith("ClustersConfigDump")]
+    return {c["cluster"]["name"]: c["version_info"] for c in cds.get("dynamic_active_clusters", [])}
+
+
+def _hostnames(dump: dict[str, Any], cluster: str) -> set[str]:
+    (eds,) = [c for c in dump["configs"] if c["@type"].endswith("EndpointsConfigDump")]
+    for cfg in eds.get("dynamic_endpoint_configs", []):
+        cla = cfg["endpoint_config"]
+        if cla["cluster_name"] == cluster:
+            return {
+                e["endpoint"].get("hostname", "")
+                for loc in cla.get("endpoints", [])
+                for e in loc.get("lb_endpoints", [])
+            }
+    return set()
+
+
+def _node(cp: ControlPlaneProcess, envoy: EnvoyProcess) -> dict[str, Any]:
+    node: dict[str, Any] = cp.get("/v1/xds/status")["nodes"][envoy.node_id]
+    return node
+
+
+def test_envoy_acks_the_snapshot(control_plane: ControlPlaneProcess, envoy: EnvoyProcess) -> None:
+    status, _ = poll(lambda: (s := control_plane.get("/v1/xds/status"))["converged"] and s, 5)
+    types = status["snapshot"]["types"]
+    node = status["nodes"][envoy.node_id]
+    assert node["connected"]
+    assert {t: node["types"][t]["acked_version"] for t in types} == types
+    dump = config_dump(envoy.admin_port)
+    versions = dumped_versions(dump)
+    for t in ("cds", "lds", "rds"):
+        assert versions[t] == {types[t]}, t
+    assert set(_clusters(dump)) == {"chat-7b@v13", "chat-7b@v14", "reason-70b@v1"}
+    assert _hostnames(dump, "chat-7b@v13") == {"chat-7b-v13-0", "chat-7b-v13-1", "chat-7b-v13-2"}
+    assert _hostnames(dump, "chat-7b@v14") == {"chat-7b-v14-0"}
+
+
+def test_routes_on_the_body_model(control_plane: ControlPlaneProcess, envoy: EnvoyProcess) -> None:
+    pinned = _chat(control_plane, {"model": "chat-7b@v14", "messages": []})
+    assert pinned.status_code == 200
+    assert pinned.headers["x-modelfleet-cluster"] == "chat-7b@v14"
+    assert pinned.headers["x-modelfleet-replica"] == "chat-7b-v14-0"
+    assert pinned.headers["x-modelfleet-upstream"].startswith("127.0.0.1:")
+    assert json.loads(pinned.json()["body"]) == {
+        "model": "chat-7b@v14",
+        "messages": [],
+    }  # body intact
+
+    explicit = _chat(
+        control_plane, {"model": "chat-7b@v13"}, {"content-type": "application/json; charset=utf-8"}
+    )
+    assert explicit.headers["x-modelfleet-cluster"] == "chat-7b@v13"
+
+    unknown = _chat(control_plane, {"model": "gpt-9"})
+    assert unknown.status_code == 404 and unknown.headers["content-type"] == "application/json"
+    error = unknown.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == "model_not_found" and "gpt-9" in error["message"]
+
+    for bad in ("{not json", "[1, 2"):
+        r = _chat(control_plane, bad)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    missing = _chat(control_plane, {"messages": []})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+
+    no_replica = _chat(control_plane, {"model": "reason-70b"})
+    assert (
+        no_replica.status_code == 503
+        and no_replica.json()["error"]["code"] == "upstream_unavailable"
+    )
+
+    models = control_plane.http.get(control_plane.api_url + "/v1/models").json()
+    assert {m["id"] for m in models["data"]} >= {
+        "chat-7b",
+        "reason-70b",
+        "chat-7b@v13",
+        "chat-7b@v14",
+    }
+
+
+def test_conversations_stick_and_the_canary_splits(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess
+) -> None:
+    first = {
+        _chat(control_plane, {"model": "chat-7b"}, {"x-conversation-id": f"c-{i}"}).headers[
+            "x-modelfleet-replica"
+        ]
+        for i in range(100)
+    }
+    assert any(r.startswith("chat-7b-v14") for r in first)  # 10 % canary
+    assert len([r for r in first if r.startswith("chat-7b-v13")]) >= 2
+    for i in range(5):
+        seen = {
+            _chat(
+                control_plane, {"model": "chat-7b"}, {"x-conversation-id": f"sticky-{i}"}
+            ).headers["x-modelfleet-replica"]
+            for _ in range(5)
+        }
+        assert len(seen) == 1  # one conversation, one replica (and one version)
+    spread = Counter(
+        _chat(control_plane, {"model": "chat-7b@v13"}).headers["x-modelfleet-replica"]
+        for _ in range(30)
+    )
+    assert len(spread) >= 2  # no conversation id: Envoy's ring hash picks a random point
+
+
+def test_replica_removal_is_applied_within_a_second(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess, upstreams: dict[str, Upstream]
+) -> None:
+    start = time.monotonic()
+    r = control_plane.http.delete(f"{control_plane.url}/v1/replicas/chat-7b-v13-2", timeout=5)
+    assert r.status_code == 200
+    poll(
+        lambda: (
+            _hostnames(config_dump(envoy.admin_port), "chat-7b@v13")
+            == {"chat-7b-v13-0", "chat-7b-v13-1"}
+        ),
+        5,
+    )
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.0, f"replica removal took {elapsed * 1000:.0f} ms to reach Envoy"
+    eds_version = r.json()["snapshot_version"]
+    poll(lambda: _node(control_plane, envoy)["types"]["eds"]["acked_version"] == eds_version, 2)
+    served = {
+        _chat(control_plane, {"model": "chat-7b@v13"}).headers["x-modelfleet-replica"]
+        for _ in range(20)
+    }
+    assert "chat-7b-v13-2" not in served
+    control_plane.put_replica("chat-7b-v13-2", "chat-7b", "v13", upstreams["chat-7b-v13-2"].port)
+
+
+def _add_version(config_dir: Path, version: str) -> None:
+    path = config_dir / "models.yaml"
+    data = yaml.safe_load(path.read_text())
+    base = next(v for v in data["versions"] if v["version"] == "v14")
+    data["versions"].append({**base, "version": version, "status": "registered"})
+    tmp = config_dir.parent / "models.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, path)
+
+
+def test_config_change_is_applied_within_a_second(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess, upstreams: dict[str, Upstream]
+) -> None:
+    start = time.monotonic()
+    _add_version(control_plane.config_dir, "v15")  # the control plane polls the directory
+    poll(
+        lambda: (
+            "chat-7b@v15" in _clusters(config_dump(envoy.admin_port))
+            and "chat-7b@v15" in json.dumps(config_dump(envoy.admin_port, include_eds=False))
+        ),
+        5,
+    )
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.0, (
+        f"config change took {elapsed * 1000:.0f} ms to reach Envoy (incl. 200 ms polling)"
+    )
+    snapshot = control_plane.get("/v1/xds/status")["snapshot"]
+    versions = dumped_versions(config_dump(envoy.admin_port))
+    assert versions["cds"] == {snapshot["types"]["cds"]} and versions["rds"] == {
+        snapshot["types"]["rds"]
+    }
+
+    assert (
+        _chat(control_plane, {"model": "chat-7b@v15"}).status_code == 503
+    )  # routed, no replica yet
+    control_plane.put_replica("chat-7b-v15-0", "chat-7b", "v15", upstreams["chat-7b-v14-0"].port)
+    r, _ = poll(
+        lambda: (x := _chat(control_plane, {"model": "chat-7b@v15"})).status_code == 200 and x, 2
+    )
+    assert r.headers["x-modelfleet-replica"] == "chat-7b-v15-0"
+
+
+def test_nack_is_recorded_and_previous_config_keeps_serving(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess
+) -> None:
+    before = dumped_versions(config_dump(envoy.admin_port))["cds"]
+    r = control_plane.http.post(f"{control_plane.url}/v1/debug/invalid-resource", timeout=5)
+    assert r.status_code == 200
+    bad_version = control_plane.get("/v1/xds/snapshot")["types"]["cds"]
+    nack, _ = poll(
+        lambda: (
+            (n := _node(control_plane, envoy)["types"]["cds"]["last_nack"])
+            and n["version"] == bad_version
+            and n
+        ),
+        5,
+    )
+    assert "duration" in nack["message"].lower()  # Envoy's own error text
+    cds = _node(control_plane, envoy)["types"]["cds"]
+    assert cds["acked_version"] != bad_version and cds["nack_count"] >= 1
+    assert "NACK" in control_plane.log_path.read_text()
+    dump = config_dump(envoy.admin_port)
+    assert dumped_versions(dump)["cds"] == before
+    assert DEBUG_INVALID_CLUSTER not in _clusters(dump)
+    assert _chat(control_plane, {"model": "chat-7b@v13"}).status_code == 200  # still routing
+    assert not control_plane.get("/v1/xds/status")["converged"]
+
+    control_plane.http.delete(
+        f"{control_plane.url}/v1/debug/invalid-resource", timeout=5
+    ).raise_for_status()
+    poll(lambda: control_plane.get("/v1/xds/status")["converged"], 5)
+
+
+async def test_changed_clusters_warm_at_once(tmp_path: Path) -> None:
+    """Changing a cluster makes Envoy re-warm it; without EDS sent again it would wait 15 s."""
+    config = load_config(Path(__file__).resolve().parents[2] / "config").config
+    replicas = [Replica("r-0", "chat-7b", "v13", "127.0.0.1", 9)]
+    cache = SnapshotCache()
+    first = new_snapshot("1", build_resources(config, replicas, ListenerSpec("127.0.0.1", 1)))
+    cache.set_snapshot(first)
+    server, port = await start_ads_server(cache, "127.0.0.1", 0)
+    envoy = await asyncio.to_thread(
+        start_envoy, node_id="warm-test", xds_port=port, work_dir=tmp_path
+    )
+    try:
+        changed = build_resources(config, replicas, ListenerSpec("127.0.0.1", 1))
+        for c in changed[CLUSTER]:
+            c.connect_timeout.CopyFrom(seconds(2))  # type: ignore[attr-defined]
+        second = new_snapshot("2", changed, first)
+        assert second.versions[CLUSTER] == "2"
+        start = time.monotonic()
+        cache.set_snapshot(second)
+        while True:
+            dump = await asyncio.to_thread(config_dump, envoy.admin_port)
+            (cds,) = [c for c in dump["configs"] if c["@type"].endswith("ClustersConfigDump")]
+            active = {c["version_info"] for c in cds.get("dynamic_active_clusters", [])}
+            if active == {"2"} and not cds.get("dynamic_warming_clusters"):
+                break
+            assert time.monotonic() - start < 2.0, "changed clusters still warming"
+            await asyncio.sleep(0.01)
+    finally:
+        await asyncio.to_thread(stop_envoy, envoy)
+        await server.stop(0)
+
+
+async def test_envoy_keeps_serving_through_a_control_plane_restart(tmp_path: Path) -> None:
+    """Envoy keeps its config while the control plane is down, then takes the new one's snapshot,
+    although the restarted control plane counts versions from 1 again."""
+    config = load_config(Path(__file__).resolve().parents[2] / "config").config
+    before = [Replica("old-0", "chat-7b", "v13", "127.0.0.1", 9)]
+    after = [Replica("new-0", "chat-7b", "v13", "127.0.0.1", 10)]
+    cache = SnapshotCache()
+    cache.set_snapshot(
+        new_snapshot("1", build_resources(config, before, ListenerSpec("127.0.0.1", 1)))
+    )
+    server, port = await start_ads_server(cache, "127.0.0.1", 0)
+    envoy = await asyncio.to_thread(
+        start_envoy, node_id="restart-test", xds_port=port, work_dir=tmp_path
+    )
+    try:
+        await server.stop(0)
+        await asyncio.sleep(0.3)
+        dump = await asyncio.to_thread(config_dump, envoy.admin_port)
+        assert _hostnames(dump, "chat-7b@v13") == {"old-0"}  # last config keeps serving
+        fresh = SnapshotCache()
+        fresh.set_snapshot(
+            new_snapshot("1", build_resources(config, after, ListenerSpec("127.0.0.1", 1)))
+        )
+        server, _ = await start_ads_server(fresh, "127.0.0.1", port)
+        start = time.monotonic()
+        while _hostnames(await asyncio.to_thread(config_dump, envoy.admin_port), "chat-7b@v13") != {
+            "new-0"
+        }:
+            assert time.monotonic() - start < 5.0, (
+                "Envoy did not take the restarted control plane's snapshot"
+            )
+            await asyncio.sleep(0.02)
+    finally:
+        await asyncio.to_thread(stop_envoy, envoy)
+        await server.stop(0)
