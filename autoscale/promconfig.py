@@ -1,0 +1,58 @@
+"""A plain Prometheus configuration that scrapes replicas with the labels the pool queries use.
+
+In a cluster the PodMonitor of :func:`autoscale.naming.pod_monitor` sets ``namespace`` and
+``pool`` on every replica's series. Outside one (``modelfleet up``, the tests) the same labels
+are set statically per target, so the ScaledObjects' PromQL runs unchanged against this config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscale.naming import NAMESPACE_LABEL, POOL_LABEL, pool_name
+
+
+def _duration(seconds: float) -> str:
+    """A Prometheus duration: whole seconds as ``5s``, otherwise milliseconds."""
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
+
+
+@dataclass(frozen=True)
+class ReplicaTarget:
+    """One replica's metrics endpoint (``host:port``), the pool it belongs to, and its
+    namespace when it differs from the config's."""
+
+    address: str
+    model: str
+    version: str
+    replica_id: str = ""
+    namespace: str = ""
+
+
+def prometheus_config(targets: Sequence[ReplicaTarget], *, namespace: str,
+                      scrape_interval_s: float = 1.0) -> dict[str, Any]:
+    """Prometheus' YAML config as a dict: one static target per replica, labelled
+    ``namespace``, ``pool``, ``model``, ``version`` (and ``replica`` when known), scraped every
+    ``scrape_interval_s`` seconds."""
+    if scrape_interval_s <= 0:
+        raise ValueError("the scrape interval must be positive")
+    interval = _duration(scrape_interval_s)
+    static = []
+    for t in targets:
+        labels = {NAMESPACE_LABEL: t.namespace or namespace, POOL_LABEL: pool_name(t.model, t.version),
+                  "model": t.model, "version": t.version}
+        if t.replica_id:
+            labels["replica"] = t.replica_id
+        static.append({"targets": [t.address], "labels": labels})
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [{
+            "job_name": "vllm-replicas",
+            "metrics_path": "/metrics",
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "static_configs": static,
+        }],
+    }
