@@ -1,11 +1,16 @@
-"""The repository layout of DESIGN.md, and packaging that installs it."""
+"""The repository layout of DESIGN.md, and packaging that installs it.
+
+Test files live one level below tests/ (never in tests/ itself): pytest puts a test file's folder
+on sys.path, and tests/ holds folders named like the packages (tests/replica, ...), which would
+shadow them as namespace packages.
+"""
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOP_LEVEL = ("infra", "stacks", "components", "envoy", "gateway_ext", "autoscale", "replica",
              "modelfleet", "sim", "config", "tests")
 
@@ -40,3 +45,7 @@ def test_envoy_control_does_not_shadow_the_envoy_protos() -> None:
 
     assert Path(envoy_control.__file__).parent == REPO / "envoy"
     assert "site-packages" in cluster_pb2.__file__
+
+
+def test_no_test_file_sits_directly_in_tests() -> None:
+    assert [p.name for p in (REPO / "tests").glob("*.py")] == []

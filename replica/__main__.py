@@ -1,0 +1,78 @@
+"""``python -m replica``: a simulated ``vllm serve`` for one model version.
+
+    python -m replica --port 8001 --served-model-name chat-7b chat-7b@v13 \\
+        --model-version v13 --replica-id chat-7b-v13-0 --region local \\
+        --preset chat-7b --engine-params '{"max_num_seqs": 128}' --time-scale 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from replica.chat import ReplicaConfig
+from replica.params import PRESETS, params_from_json, preset
+from replica.server import create_app
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with vLLM's flag names where vLLM has one."""
+    ap = argparse.ArgumentParser(prog="python -m replica", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    ap.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                    help="model names requests may use; the first labels the metrics (default: the preset)")
+    ap.add_argument("--model-version", default="",
+                    help="version served (v13 or chat-7b@v13): the models' root and a metrics label")
+    ap.add_argument("--replica-id", default="", help="this replica's id (in logs and modelfleet_replica_info)")
+    ap.add_argument("--region", default="", help="region this replica runs in")
+    ap.add_argument("--seed", type=int, default=0, help="generation seed for requests that send none")
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="model seconds per wall second: 10 runs ten times faster than real time")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="chat-7b", help="engine parameters to start from")
+    ap.add_argument("--engine-params", default=None, metavar="JSON",
+                    help="JSON object of EngineParams fields overriding the preset")
+    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return ap.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> ReplicaConfig:
+    """The replica config the flags describe; raises ``ValueError`` on bad values."""
+    params = preset(args.preset)
+    if args.engine_params:
+        params = params_from_json(args.engine_params, params)
+    names = tuple(args.served_model_name or [args.preset])
+    return ReplicaConfig(
+        served_model_names=names,
+        params=params,
+        model_version=args.model_version,
+        replica_id=args.replica_id,
+        region=args.region,
+        seed=args.seed,
+        time_scale=args.time_scale,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the replica until SIGTERM or SIGINT."""
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"replica: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(config)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=False, timeout_graceful_shutdown=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

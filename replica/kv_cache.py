@@ -1,0 +1,100 @@
+"""KV-cache blocks and the prefix cache over them (pure, like vLLM's block pool).
+
+The cache is ``num_blocks`` fixed-size blocks. A block in use by a running sequence has a
+reference count above zero and is never evicted. A released block keeps its contents and its
+hash: it joins the free queue, where a later request with the same prefix can take it back, until
+an allocation needs it and evicts it, least recently released first (LRU). A sequence releases
+its blocks last-first, so the tail of a prompt is evicted before its shared head.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class BlockPool:
+    """``num_blocks`` KV-cache blocks with a prefix cache keyed by chained block hashes."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self._refs = [0] * num_blocks
+        self._hash_of: list[int | None] = [None] * num_blocks
+        self._by_hash: dict[int, int] = {}
+        # Free blocks, least recently released first; an allocation evicts from the front.
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        """Blocks no running sequence uses (cached or empty)."""
+        return len(self._free)
+
+    @property
+    def usage(self) -> float:
+        """Share (0..1) of blocks in use by sequences, as vLLM's ``kv_cache_usage_perc``."""
+        return 1.0 - len(self._free) / self.num_blocks
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that hold a registered prefix (in use or free)."""
+        return len(self._by_hash)
+
+    def cached_prefix(self, hashes: Sequence[int]) -> list[int]:
+        """Block ids holding the longest run of leading ``hashes`` that is cached."""
+        if not self.enable_caching:
+            return []
+        out: list[int] = []
+        for h in hashes:
+            block = self._by_hash.get(h)
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    def count_free(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` sit in the free queue (taking them shrinks it)."""
+        return sum(1 for b in blocks if self._refs[b] == 0)
+
+    def acquire(self, blocks: Sequence[int]) -> None:
+        """Take a reference on cached ``blocks`` (a prefix hit)."""
+        for b in blocks:
+            if self._refs[b] == 0:
+                del self._free[b]
+            self._refs[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """``n`` fresh blocks, evicting the least recently released cached ones."""
+        if n > len(self._free):
+            raise ValueError(f"cannot allocate {n} blocks, {len(self._free)} free")
+        out: list[int] = []
+        for _ in range(n):
+            b, _none = self._free.popitem(last=False)
+            h = self._hash_of[b]
+            if h is not None:
+                del self._by_hash[h]
+                self._hash_of[b] = None
+            self._refs[b] = 1
+            out.append(b)
+        return out
+
+    def register(self, block: int, block_hash: int) -> None:
+        """Record that full ``block`` holds the prefix ending in ``block_hash``."""
+        if not self.enable_caching or self._hash_of[block] is not None or block_hash in self._by_hash:
+            return
+        self._hash_of[block] = block_hash
+        self._by_hash[block_hash] = block
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference on each of ``blocks``, last block first."""
+        for b in reversed(blocks):
+            self._refs[b] -= 1
+            if self._refs[b] == 0:
+                if self._hash_of[b] is None:
+                    # An empty block is worth nothing: hand it out before any cached one.
+                    self._free[b] = None
+                    self._free.move_to_end(b, last=False)
+                else:
+                    self._free[b] = None
