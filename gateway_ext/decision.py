@@ -1,0 +1,196 @@
+"""The gateway's decision on one request, composed from the policy modules (synchronous; the only
+I/O is the bucket store's). The FastAPI ext_authz service and the benchmark call this.
+
+Order (first refusal wins; nothing later runs, and no token stays charged):
+
+1. key -> team (401);
+2. retry budget: an early retry past the team's budget is refused cheaply (429);
+3. body and headers -> :class:`~gateway_ext.request.ChatRequest` (400/404/413);
+4. the team may use the model and the tier (403);
+5. token bucket: reserve prompt estimate + n x max_tokens (429 with Retry-After; 400 if larger than
+   the whole bucket);
+6. version: the explicit ``@vN``, else the ``choose_version`` callable (default: the live alias;
+   conversation pinning and the canary split plug in here);
+7. admission by tier on the version's pool (ADMIT / QUEUE, or 429/503, which refund the reservation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gateway_ext.admission import AdmissionRequest, Decision, Outcome, PoolAdmission, Reason
+from gateway_ext.bucket_store import (
+    BucketKey,
+    BucketStore,
+    Settlement,
+    SettleVerdict,
+    reservation_ttl_s,
+)
+from gateway_ext.buckets import Verdict
+from gateway_ext.errors import ApiError, invalid, rate_limited, shed
+from gateway_ext.keys import Authenticated, KeyRing, authorize
+from gateway_ext.metering import UsageMeter
+from gateway_ext.prompt_tokens import CachedChatMLEstimator, PromptTokenEstimator
+from gateway_ext.request import DEFAULT_MAX_BODY_BYTES, ChatRequest, header, parse_chat_request
+from gateway_ext.retry_budget import RetryBudget, fingerprint, retry_after_headers
+from modelfleet.config.schema import PlatformConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request that holds a reservation and was admitted or queued (``outcome.decision``)."""
+
+    request: ChatRequest
+    team: str
+    tokens_per_minute: int
+    pool: str
+    version: str
+    reservation_id: str
+    outcome: Outcome
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A refusal; ``team`` and ``model`` when known."""
+
+    error: ApiError
+    team: str | None = None
+    model: str | None = None
+
+
+def live_version(config: PlatformConfig, request: ChatRequest) -> str:
+    """The version ``request`` goes to without pinning or canary: explicit, else the live alias."""
+    if request.version is not None:
+        return request.version
+    model = config.model(request.model)
+    if model is None:
+        raise ValueError(f"unknown model {request.model!r}")
+    return model.live
+
+
+class GatewayCore:
+    """Decides on requests against ``config`` with a bucket ``store`` and one
+    :class:`PoolAdmission` per ``model@version`` in ``pools``. Prompt tokens are estimated by
+    ``estimators[model]``, else ``default_estimator`` (default: a new
+    :class:`~gateway_ext.prompt_tokens.CachedChatMLEstimator`)."""
+
+    def __init__(self, config: PlatformConfig, store: BucketStore,
+                 pools: Mapping[str, PoolAdmission], retry: RetryBudget, meter: UsageMeter,
+                 choose_version: Callable[[ChatRequest], str] | None = None,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 estimators: Mapping[str, PromptTokenEstimator] | None = None,
+                 default_estimator: PromptTokenEstimator | None = None) -> None:
+        self.config = config
+        self.keys = KeyRing(config.teams)
+        self.store = store
+        self.pools = pools
+        self.retry = retry
+        self.meter = meter
+        self.choose_version = choose_version or (lambda r: live_version(config, r))
+        self.max_body_bytes = max_body_bytes
+        self.estimators = estimators
+        self.default_estimator = default_estimator or CachedChatMLEstimator()
+
+    def decide(self, headers: Mapping[str, str], body: bytes, now: float,
+               request_id: str) -> Admitted | Refused:
+        """Decide on one request at ``now`` (seconds); ``request_id`` becomes the reservation id."""
+        auth = self.keys.authenticate(header(headers, "authorization"))
+        if isinstance(auth, ApiError):
+            return Refused(auth)
+        team = auth.team.name
+        print_ = fingerprint(header(headers, "x-conversation-id"), body)
+        check = self.retry.check(team, print_, now)
+        if not check.allowed:
+            error = rate_limited("Too many retries before Retry-After: slow down.",
+                                 code="retry_budget_exceeded")
+            return Refused(error.with_headers(retry_after_headers(check.retry_after_s)), team)
+        req = parse_chat_request(body, headers, self.config, max_body_bytes=self.max_body_bytes,
+                                 estimators=self.estimators,
+                                 default_estimator=self.default_estimator)
+        if isinstance(req, ApiError):
+            return Refused(req, team)
+        return self._charge(auth, req, print_, now, request_id)
+
+    def _charge(self, auth: Authenticated, req: ChatRequest, print_: str, now: float,
+                request_id: str) -> Admitted | Refused:
+        team = auth.team.name
+        limit = authorize(auth.team, req.model, req.tier)
+        if isinstance(limit, ApiError):
+            return Refused(limit, team, req.model)
+        key = BucketKey(team, req.model)
+        model = self.config.model(req.model)
+        ttl = reservation_ttl_s(model.max_output_tokens if model else req.max_tokens)
+        res = self.store.reserve(key, limit.tokens_per_minute, req.reserve_tokens, request_id,
+                                 now, ttl)
+        if res.verdict is Verdict.TOO_LARGE:
+            return Refused(invalid(
+                f"This request needs {req.reserve_tokens} tokens (prompt {req.prompt_tokens} + "
+                f"{req.n} x max_tokens {req.max_tokens}); team '{team}' may use at most "
+                f"{limit.tokens_per_minute} tokens per minute on '{req.model}'. Lower max_tokens.",
+                param="max_tokens", code="exceeds_token_limit").with_headers(res.headers()),
+                team, req.model)
+        if res.verdict is Verdict.DENIED:
+            self.meter.record_rejected(team, req.model, now)
+            delay = self.retry.refused(team, print_, res.retry_after_s, now)
+            error = rate_limited(f"Team '{team}' is over its limit of {limit.tokens_per_minute} "
+                                 f"tokens per minute on '{req.model}'.")
+            return Refused(error.with_headers({**res.headers(), **retry_after_headers(delay)}),
+                           team, req.model)
+        version = self.choose_version(req)
+        pool_key = f"{req.model}@{version}"
+        pool = self.pools.get(pool_key)
+        outcome = None if pool is None else pool.offer(AdmissionRequest(
+            request_id, team, req.tier, req.reserve_tokens, limit.max_concurrency,
+            limit.guaranteed_share), now)
+        if outcome is None or outcome.decision in (Decision.REJECT_429, Decision.SHED_503):
+            self.store.settle(key, limit.tokens_per_minute, request_id, 0, now)
+            return self._refuse_admission(team, req, version, outcome, print_, now)
+        headers = {**res.headers(), "x-route-version": pool_key, "x-modelfleet-team": team,
+                   "x-modelfleet-tier": req.tier, "x-modelfleet-reservation-id": request_id}
+        return Admitted(req, team, limit.tokens_per_minute, pool_key, version, request_id,
+                        outcome, headers)
+
+    def _refuse_admission(self, team: str, req: ChatRequest, version: str, outcome: Outcome | None,
+                          print_: str, now: float) -> Refused:
+        if outcome is None:
+            self.meter.record_shed(team, req.model, now, version)
+            error = shed(f"No pool serves '{req.model}@{version}' in this region.", code="no_pool")
+            return Refused(error.with_headers(retry_after_headers(
+                self.retry.refused(team, print_, 5.0, now))), team, req.model)
+        delay = self.retry.refused(team, print_, outcome.retry_after_s, now)
+        if outcome.decision is Decision.REJECT_429:
+            self.meter.record_rejected(team, req.model, now, version)
+            what = ("open requests (max_concurrency)" if outcome.reason is Reason.MAX_CONCURRENCY
+                    else "guaranteed share of an overloaded pool")
+            error = rate_limited(f"Team '{team}' is over its {what} on '{req.model}'.",
+                                 code=str(outcome.reason))
+        else:
+            self.meter.record_shed(team, req.model, now, version)
+            error = shed(f"The '{req.model}' pool is overloaded; '{req.tier}' requests are "
+                         f"being shed.")
+        return Refused(error.with_headers(retry_after_headers(delay)), team, req.model)
+
+    def finish(self, admitted: Admitted, prompt_tokens: int, cached_tokens: int,
+               output_tokens: int, now: float) -> tuple[Settlement, list[Outcome]]:
+        """A request ended at ``now`` (seconds) with its real usage (tokens): settle its
+        reservation, meter it (once: not for a duplicate settle), free its pool slot; returns the settlement and the queued requests
+        admitted in its place."""
+        settlement = self.store.settle(BucketKey(admitted.team, admitted.request.model),
+                                       admitted.tokens_per_minute, admitted.reservation_id,
+                                       prompt_tokens + output_tokens, now)
+        if settlement.verdict in (SettleVerdict.SETTLED, SettleVerdict.EXPIRED):
+            self.meter.record_usage(admitted.team, admitted.request.model, admitted.version, now,
+                                    prompt_tokens, cached_tokens, output_tokens)
+        return settlement, self.pools[admitted.pool].release(admitted.reservation_id, now)
+
+    def abandon(self, admitted: Admitted, now: float, shed: bool) -> list[Outcome]:
+        """A queued request left without running at ``now`` (seconds): its client went away, or
+        it was shed or timed out (``shed``: metered as a 503). Refunds its whole reservation and
+        frees its queue slot; returns the queued requests admitted in its place."""
+        self.store.settle(BucketKey(admitted.team, admitted.request.model),
+                          admitted.tokens_per_minute, admitted.reservation_id, 0, now)
+        if shed:
+            self.meter.record_shed(admitted.team, admitted.request.model, now, admitted.version)
+        return self.pools[admitted.pool].release(admitted.reservation_id, now)

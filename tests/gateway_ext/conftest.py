@@ -1,0 +1,98 @@
+"""Fixtures of the gateway_ext tests: the repository's config, real Redis and real Postgres.
+
+Redis and Postgres are the machine's (``MODELFLEET_TEST_REDIS_URL``, ``MODELFLEET_TEST_POSTGRES_URL``
+override the defaults). When one is missing its tests fail under ``CI=true`` and skip otherwise.
+Every test gets its own Redis key prefix and its own table prefix, and its data is removed after.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy
+
+from modelfleet.config import PlatformConfig, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("MODELFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _missing(what: str, exc: Exception) -> None:
+    message = f"{what} is not reachable: {exc}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def platform_config() -> PlatformConfig:
+    """The repository's declared config (config/*.yaml)."""
+    return load_config(REPO / "config").config
+
+
+@pytest.fixture(scope="session")
+def dev_keys() -> dict[str, str]:
+    """Team -> dev key, from the comment of config/teams.yaml (``#   <team> mf-dev-...``)."""
+    found = re.findall(r"^#\s+([a-z0-9-]+)\s+(mf-dev-\S+)\s*$",
+                       (REPO / "config" / "teams.yaml").read_text(), re.MULTILINE)
+    assert found, "no dev keys in config/teams.yaml"
+    return dict(found)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The URL of a reachable Redis (fails under CI=true, skips otherwise, when unreachable)."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        _missing(f"Redis at {REDIS_URL}", exc)
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the test Redis."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
+    """A key prefix of this test alone; every key under it is deleted afterwards."""
+    prefix = f"mf-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The URL of a reachable Postgres (fails under CI=true, skips otherwise, when unreachable)."""
+    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("select 1"))
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        _missing(f"Postgres at {POSTGRES_URL}", exc)
+    finally:
+        engine.dispose()
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def table_prefix() -> str:
+    """A table-name prefix of this test alone (the store's ``drop_tables`` removes its tables)."""
+    return f"gwt_{uuid.uuid4().hex[:10]}_"
