@@ -9,24 +9,19 @@ Outcomes are values: :class:`Authenticated` or an :class:`~gateway_ext.errors.Ap
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway_ext.errors import ApiError, forbidden, unauthenticated
+from modelfleet.config.keyhash import hash_key
 from modelfleet.config.schema import Team, TeamLimit, Tier
 
 KEY_PREFIX = "mf-"
 """Every generated key starts with this, so leaked keys are easy to find by secret scanners."""
 KEY_RANDOM_BYTES = 32
 """Random bytes in a generated key (256 bits; 43 URL-safe base64 characters)."""
-
-
-def hash_key(key: str) -> str:
-    """The config form of ``key``: ``sha256:`` + the hex SHA-256 of its UTF-8 bytes."""
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def generate_key(token_urlsafe: Callable[[int], str] = secrets.token_urlsafe) -> str:

@@ -18,6 +18,7 @@ from modelfleet.config.hardware import (
     kv_cache_bytes,
     weights_bytes,
 )
+from modelfleet.config.keyhash import hash_key
 from modelfleet.config.problems import Problem
 from modelfleet.config.schema import PlatformConfig, Version
 
@@ -172,6 +173,13 @@ def _memory(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
 
 
 def _local(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
+    teams = {t.name: t for t in cfg.teams}
+    for team, key in cfg.local.dev_keys.items():
+        at = where.of("local", 0).at("dev_keys", team)
+        if team not in teams:
+            yield Problem(at, f"team {team!r} is not declared")
+        elif hash_key(key) not in teams[team].key_hashes:
+            yield Problem(at, f"the hash of this key is not among team {team}'s key_hashes")
     keys = {v.key for v in cfg.versions}
     for key, n in cfg.local.replicas.items():
         if key not in keys:

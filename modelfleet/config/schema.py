@@ -160,6 +160,9 @@ class LocalStack(Record):
     """Replicas per ``model@version``; versions not named get one if live, canary or shadow."""
     time_scale: float = Field(default=1.0, gt=0)
     """How much faster than real time the simulated replicas run."""
+    dev_keys: dict[str, str] = Field(default_factory=dict)
+    """Team -> key, for the local stack only: ``modelfleet up`` prints them and writes them to
+    ``.modelfleet/local.json``. Each key's hash must be one of its team's ``key_hashes``."""
 
 
 class PlatformConfig(Record):

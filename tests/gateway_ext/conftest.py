@@ -8,7 +8,6 @@ Every test gets its own Redis key prefix and its own table prefix, and its data 
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,12 +38,11 @@ def platform_config() -> PlatformConfig:
 
 
 @pytest.fixture(scope="session")
-def dev_keys() -> dict[str, str]:
-    """Team -> dev key, from the comment of config/teams.yaml (``#   <team> mf-dev-...``)."""
-    found = re.findall(r"^#\s+([a-z0-9-]+)\s+(mf-dev-\S+)\s*$",
-                       (REPO / "config" / "teams.yaml").read_text(), re.MULTILINE)
-    assert found, "no dev keys in config/teams.yaml"
-    return dict(found)
+def dev_keys(platform_config: PlatformConfig) -> dict[str, str]:
+    """Team -> dev key, from the config's ``local.dev_keys``."""
+    found = dict(platform_config.local.dev_keys)
+    assert found, "no dev keys in config/local.yaml"
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -140,3 +140,10 @@ def test_loaded_records_are_immutable() -> None:
     cfg = load_config(EXAMPLE).config
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen
         cfg.versions[0].precision = "int8"  # type: ignore[misc]
+
+
+def test_dev_keys_must_match_their_teams_hashes(cfg_dir: Path) -> None:
+    edit(cfg_dir, "local.yaml", lambda d: d["local"]["dev_keys"].update(search="mf-not-the-key", nobody="x"))
+    text = "\n".join(errors_of(cfg_dir))
+    assert "local.dev_keys.search" in text and "not among team search's key_hashes" in text
+    assert "local.dev_keys.nobody" in text and "team 'nobody' is not declared" in text
