@@ -120,10 +120,19 @@ class UsageStore:
             conn.execute(stmt)
         return True
 
-    def rows(self) -> list[UsageRow]:
-        """Every usage row, sorted by key."""
+    def rows(self, team: str | None = None, model: str | None = None,
+             since_s: float | None = None) -> list[UsageRow]:
+        """Usage rows sorted by key: every row, or those of ``team``/``model`` whose minute starts
+        at or after ``since_s`` (seconds since the epoch)."""
+        query = select(self.usage)
+        if team is not None:
+            query = query.where(self.usage.c.team == team)
+        if model is not None:
+            query = query.where(self.usage.c.model == model)
+        if since_s is not None:
+            query = query.where(self.usage.c.minute >= _minute(int(since_s) // 60 * 60))
         with self.engine.connect() as conn:
-            result = conn.execute(select(self.usage)).mappings().all()
+            result = conn.execute(query).mappings().all()
         out = [UsageRow(UsageKey(r["team"], r["model"], r["version"], r["region"],
                                  _epoch(r["minute"])),
                         UsageCounts(**{name: int(r[name]) for name in COUNTERS}))

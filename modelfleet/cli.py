@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from modelfleet.commands import plan, status, up, validate
+from modelfleet.commands import keys, plan, status, up, usage, validate
 
-COMMANDS = (validate, up, status, plan)
+COMMANDS = (validate, up, status, plan, keys, usage)
 
 
 def build_parser() -> argparse.ArgumentParser:
