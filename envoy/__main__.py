@@ -1,10 +1,12 @@
 """``python -m envoy_control``: the control-plane process (ADS on gRPC + HTTP API, one asyncio loop).
 
     python -m envoy_control --config DIR --xds-port P --http-port Q --listener-port L \\
-        [--host 127.0.0.1] [--listener-host H] [--debug] [--log-level info]
+        [--host 127.0.0.1] [--listener-host H] [--state-file PATH] [--debug] [--log-level info]
 
 Stops cleanly on SIGTERM or SIGINT: HTTP first, then the ADS streams (Envoys keep serving the last
-configuration they received).
+configuration they received). With ``--state-file`` the router state is kept in that file
+(rewritten atomically when it changes, at most 4 times a second) for gateways that start while
+the control plane is down, and read back at start: its replicas are routable again at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from envoy_control.cache import SnapshotCache
 from envoy_control.desired import ListenerSpec
 from envoy_control.http_api import create_app
 from envoy_control.plane import ControlPlane
+from envoy_control.publish import RouterPublisher
+from envoy_control.router_state import RouterState, RouterStateError, load_router_state
 from envoy_control.server import start_ads_server
 
 from modelfleet.config import ConfigError
@@ -60,6 +64,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--watch-interval", type=float, default=0.2, help="config poll interval, seconds"
     )
     p.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="keep the router state in this JSON file (and restore replicas from it at start)",
+    )
+    p.add_argument(
         "--no-access-log", action="store_true", help="no per-request log lines on Envoy's stdout"
     )
     p.add_argument(
@@ -75,13 +85,23 @@ async def run(opts: argparse.Namespace) -> int:
     listener = ListenerSpec(
         opts.listener_host or opts.host, opts.listener_port, not opts.no_access_log
     )
-    plane = ControlPlane(opts.config, cache, listener, region=opts.region)
+    saved = _saved_state(opts.state_file)
+    router = RouterPublisher(first_version=saved.state_version + 1 if saved else 1)
+    plane = ControlPlane(opts.config, cache, listener, region=opts.region, router=router)
     try:
         first = plane.load()
     except ConfigError as exc:
         print(f"envoy_control: {exc}", file=sys.stderr)
         return 2
     log.info("config %s loaded: snapshot %s", opts.config, first.snapshot.version)
+    if saved is not None:
+        try:
+            restored = plane.restore(saved)
+            log.info(
+                "replicas restored from %s: snapshot %s", opts.state_file, restored.snapshot.version
+            )
+        except ValueError as exc:
+            log.warning("state file %s not restored: %s", opts.state_file, exc)
 
     ads, xds_port = await start_ads_server(cache, opts.host, opts.xds_port)
     http = _Server(
@@ -100,6 +120,7 @@ async def run(opts: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     http_task = asyncio.create_task(http.serve())
     watch_task = asyncio.create_task(plane.watch_config(opts.watch_interval))
+    beats_task = asyncio.create_task(plane.watch_beats(0.25, opts.state_file))
     stop_task = asyncio.create_task(stop.wait())
     log.info(
         "control plane up: xDS %s:%d, HTTP %s:%d, listener %s:%d%s",
@@ -117,13 +138,30 @@ async def run(opts: argparse.Namespace) -> int:
         log.info("control plane stopping")
         http.should_exit = True
         watch_task.cancel()
+        beats_task.cancel()
         stop_task.cancel()
         await ads.stop(1.0)
         with contextlib.suppress(asyncio.CancelledError):
             await http_task
         with contextlib.suppress(asyncio.CancelledError):
             await watch_task
+        with contextlib.suppress(asyncio.CancelledError):
+            await beats_task
+        if opts.state_file is not None:
+            with contextlib.suppress(OSError):
+                await plane.router.save(opts.state_file)
     return 0 if stop.is_set() else 1
+
+
+def _saved_state(path: Path | None) -> RouterState | None:
+    """The router state saved at ``path`` (None without a file; a broken file is logged)."""
+    if path is None:
+        return None
+    try:
+        return load_router_state(path)
+    except (RouterStateError, OSError) as exc:
+        log.warning("state file %s ignored: %s", path, exc)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,8 @@
 | GET | /health | | ``{status: "ok", snapshot_version}`` |
 | POST | /v1/debug/invalid-resource | ``{type?, resource?}`` | only with ``--debug`` |
 | DELETE | /v1/debug/invalid-resource | | only with ``--debug`` |
+
+Heartbeats, pool state and router state: :mod:`envoy_control.state_api`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typing import Annotated, Any
 
 from envoy_control.clusters import seconds
 from envoy_control.consistency import InconsistentSnapshot
-from envoy_control.desired import unroutable_replicas
 from envoy_control.plane import ControlPlane, Published
 from envoy_control.replicas import Replica
 from envoy_control.snapshot import MESSAGE_TYPES, PUSH_ORDER, SHORT_NAMES, Snapshot
+from envoy_control.state_api import add_state_routes
 from fastapi import Body, FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from google.protobuf import json_format
@@ -74,7 +76,7 @@ def _published(p: Published) -> dict[str, Any]:
     return {"snapshot_version": p.snapshot.version, "changed": p.changed}
 
 
-def _replica_dict(r: Replica, routable: bool) -> dict[str, Any]:
+def _replica_dict(r: Replica, why_not: str | None) -> dict[str, Any]:
     return {
         "replica_id": r.replica_id,
         "model": r.model,
@@ -82,7 +84,8 @@ def _replica_dict(r: Replica, routable: bool) -> dict[str, Any]:
         "host": r.host,
         "port": r.port,
         "key": r.key,
-        "routable": routable,
+        "routable": why_not is None,
+        "why_not": why_not,
     }
 
 
@@ -106,11 +109,8 @@ def create_app(plane: ControlPlane, *, debug: bool = False) -> FastAPI:
             replica = Replica(replica_id, body.model, body.version, body.host, body.port)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
-        routable = not unroutable_replicas(plane.config, [replica])
-        return {
-            "replica": _replica_dict(replica, routable),
-            **_published(plane.put_replica(replica)),
-        }
+        published = _published(plane.put_replica(replica))
+        return {"replica": _replica_dict(replica, plane.why_not_routable(replica_id)), **published}
 
     @app.delete("/v1/replicas/{replica_id}")
     async def delete_replica(replica_id: str) -> dict[str, Any]:
@@ -122,8 +122,9 @@ def create_app(plane: ControlPlane, *, debug: bool = False) -> FastAPI:
     @app.get("/v1/replicas")
     async def list_replicas() -> dict[str, Any]:
         replicas = sorted(plane.replicas.values(), key=lambda r: r.replica_id)
-        unroutable = {r.replica_id for r in unroutable_replicas(plane.config, replicas)}
-        return {"replicas": [_replica_dict(r, r.replica_id not in unroutable) for r in replicas]}
+        return {
+            "replicas": [_replica_dict(r, plane.why_not_routable(r.replica_id)) for r in replicas]
+        }
 
     @app.post("/v1/config/reload")
     async def reload() -> Any:
@@ -160,6 +161,7 @@ def create_app(plane: ControlPlane, *, debug: bool = False) -> FastAPI:
             "names": {SHORT_NAMES[t]: sorted(snapshot.names(t)) for t in PUSH_ORDER},
         }
 
+    add_state_routes(app, plane)
     if debug:
         _add_debug_routes(app, plane)
     return app

@@ -5,39 +5,36 @@ snapshot from the whole desired state and publishes it through the cache, which 
 every connected Envoy. A change that leaves every resource as it was publishes nothing. A change
 whose snapshot fails the consistency check is rolled back; an invalid config is refused; in both
 cases the previous snapshot keeps serving.
+
+Heartbeats (:meth:`ControlPlane.heartbeat`) register replicas and carry their load; only the
+routable replicas (:mod:`envoy_control.pool_state`) go into EDS. A timer task
+(:meth:`ControlPlane.watch_beats`) re-evaluates the missed-beat rule every ~250 ms and publishes
+the router state for gateways (:mod:`envoy_control.publish`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from envoy_control.beat_book import BeatBook
+from envoy_control.beats import BeatRules, Heartbeat
 from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec, build_resources
+from envoy_control.desired import ListenerSpec, build_resources, served_version_keys
+from envoy_control.pool_state import PoolState
+from envoy_control.publish import RouterPublisher, build_router_state
 from envoy_control.replicas import Replica
+from envoy_control.router_state import RouterState
 from envoy_control.snapshot import Snapshot, new_snapshot, same_resources
+from envoy_control.watch import ConfigSignature, config_signature, watch_beats, watch_config
 from google.protobuf.message import Message
 
-from modelfleet.config import ConfigError, PlatformConfig, Problem, load_config
+from modelfleet.config import PlatformConfig, Problem, load_config
 
 log = logging.getLogger(__name__)
-
-ConfigSignature = tuple[tuple[str, int, int], ...]
-
-
-def config_signature(config_dir: Path) -> ConfigSignature:
-    """Name, mtime (ns) and size of every ``*.yaml``/``*.yml`` file: changes when any file does."""
-    out = []
-    for path in sorted([*config_dir.glob("*.yaml"), *config_dir.glob("*.yml")]):
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            continue
-        out.append((path.name, st.st_mtime_ns, st.st_size))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,8 @@ class _State:
 
 
 class ControlPlane:
-    """Owns the desired state and publishes it to ``cache``. Call :meth:`load` first."""
+    """Owns the desired state and publishes it to ``cache`` and ``router``. Call :meth:`load`
+    first. ``clock`` is monotonic seconds: heartbeat ages never use a sender's clock."""
 
     def __init__(
         self,
@@ -64,15 +62,23 @@ class ControlPlane:
         cache: SnapshotCache,
         listener: ListenerSpec,
         region: str | None = None,
+        *,
+        rules: BeatRules | None = None,
+        router: RouterPublisher | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config_dir = config_dir
         self.cache = cache
         self.listener = listener
         self.region = region
+        self.beats = BeatBook(rules if rules is not None else BeatRules(), clock)
+        self.router = router if router is not None else RouterPublisher(clock=clock)
         self.warnings: list[Problem] = []
         self._state: _State | None = None
         self._sequence = 0
-        self._signature: ConfigSignature = ()
+        self.signature: ConfigSignature = ()
+        """The config files as last read (see :func:`envoy_control.watch.config_signature`)."""
+        self._routable: frozenset[str] = frozenset()
 
     @property
     def config(self) -> PlatformConfig:
@@ -94,14 +100,14 @@ class ControlPlane:
 
     def load(self) -> Published:
         """Read the config directory and publish the first snapshot. Raises ConfigError."""
-        self._signature = config_signature(self.config_dir)
+        self.signature = config_signature(self.config_dir)
         result = load_config(self.config_dir)
         self.warnings = result.warnings
         return self._change(lambda s: s, _State(result.config, {}, {}))
 
     def reload(self) -> Published:
         """Re-read the config directory; raises ConfigError (previous config keeps serving)."""
-        self._signature = config_signature(self.config_dir)
+        self.signature = config_signature(self.config_dir)
         result = load_config(self.config_dir)
         self.warnings = result.warnings
 
@@ -111,7 +117,10 @@ class ControlPlane:
         return self._change(apply)
 
     def put_replica(self, replica: Replica) -> Published:
-        """Register (or move) a replica."""
+        """Register (or move) a replica. A move forgets its beats: the process at the new
+        address has not beaten yet, so it is routable until its first beat (see pool_state)."""
+        if self._require().replicas.get(replica.replica_id, replica) != replica:
+            self.beats.forget(replica.replica_id)
         return self._change(
             lambda s: _State(s.config, {**s.replicas, replica.replica_id: replica}, s.injected)
         )
@@ -120,8 +129,59 @@ class ControlPlane:
         """Remove a replica; None if it was not registered."""
         if replica_id not in self._require().replicas:
             return None
+        self.beats.forget(replica_id)
         rest = {k: v for k, v in self._require().replicas.items() if k != replica_id}
         return self._change(lambda s: _State(s.config, rest, s.injected))
+
+    def heartbeat(self, beat: Heartbeat) -> Published:
+        """Record ``beat``; registers (or moves) the replica it names. Raises ValueError on a
+        bad id, host or port. Publishes a snapshot only when the replica joins or leaves EDS."""
+        replica = beat.replica()
+        rid = replica.replica_id
+        self.beats.record(beat)
+        if self._require().replicas.get(rid) != replica:
+            return self._change(
+                lambda s: _State(s.config, {**s.replicas, rid: replica}, s.injected)
+            )
+        if (self.why_not_routable(rid) is None) != (rid in self._routable):
+            return self._change(lambda s: s)
+        return Published(self.snapshot, changed=False)
+
+    def why_not_routable(self, replica_id: str) -> str | None:
+        """Why a registered replica is kept out of EDS now, or None when it is routable."""
+        state = self._require()
+        return self.beats.why_not(state.replicas[replica_id], served_version_keys(state.config))
+
+    def pool_states(self) -> dict[str, PoolState]:
+        """Pool state per ``model@version`` now (every registered replica)."""
+        state = self._require()
+        return self.beats.pools(state.replicas.values(), served_version_keys(state.config))
+
+    def refresh(self) -> Published:
+        """Apply the missed-beat rule now: forget replicas silent past ``forget_after_s``,
+        publish a snapshot if the routable set changed, and offer the router state."""
+        state = self._require()
+        gone = set(self.beats.forget_silent())
+        if gone:
+            log.info("forgetting silent replicas %s", ", ".join(sorted(gone)))
+            rest = {k: v for k, v in state.replicas.items() if k not in gone}
+            return self._change(lambda s: _State(s.config, rest, s.injected))
+        served = served_version_keys(state.config)
+        if self.beats.routable(state.replicas.values(), served) != self._routable:
+            return self._change(lambda s: s)
+        self.router.offer(self._router_candidate())
+        return Published(self.snapshot, changed=False)
+
+    def restore(self, saved: RouterState) -> Published:
+        """Register the routable replicas of a saved router state (a restart with
+        ``--state-file``); see :meth:`BeatBook.restore`."""
+        restored = {r.replica_id: r for r in self.beats.restore(saved)}
+        return self._change(lambda s: _State(s.config, {**s.replicas, **restored}, s.injected))
+
+    def _router_candidate(self) -> RouterState:
+        return build_router_state(
+            self.config, self.pool_states(), self.snapshot.version, self.beats.rules.interval_s
+        )
 
     def inject(self, type_url: str, message: Message) -> Published:
         """Add ``message`` as it is to every next snapshot (debug: a deliberately invalid resource)."""
@@ -151,48 +211,33 @@ class ControlPlane:
     ) -> Published:
         state = apply(initial if initial is not None else self._require())
         previous = self.cache.snapshot
+        served = served_version_keys(state.config)
+        routable = self.beats.routable(state.replicas.values(), served)
         resources = build_resources(
-            state.config, state.replicas.values(), self.listener, state.injected, self.region
+            state.config,
+            [r for r in state.replicas.values() if r.replica_id in routable],
+            self.listener,
+            state.injected,
+            self.region,
         )
         candidate = new_snapshot(str(self._sequence + 1), resources, previous)
+        published = Published(candidate, changed=True)
         if previous is not None and same_resources(previous, candidate):
-            self._state = state
-            return Published(previous, changed=False)
-        self.cache.set_snapshot(candidate)  # raises InconsistentSnapshot: state stays as it was
-        self._state = state
-        self._sequence += 1
-        return Published(candidate, changed=True)
+            published = Published(previous, changed=False)
+        else:
+            self.cache.set_snapshot(candidate)  # raises InconsistentSnapshot: state stays
+            self._sequence += 1
+        if routable != self._routable:
+            joined, left = sorted(routable - self._routable), sorted(self._routable - routable)
+            log.info("routable replicas: joined %s, left %s", joined or "-", left or "-")
+        self._state, self._routable = state, routable
+        self.router.offer(self._router_candidate())
+        return published
 
     async def watch_config(self, interval_s: float = 0.2) -> None:
-        """Reload whenever a config file changes, polling mtimes every ``interval_s`` seconds.
+        """Reload on config file changes; see :func:`envoy_control.watch.watch_config`."""
+        await watch_config(self, interval_s)
 
-        Runs until cancelled. An invalid config is logged with its problems and not retried until
-        the files change again.
-        """
-        while True:
-            await asyncio.sleep(interval_s)
-            signature = config_signature(self.config_dir)
-            if signature == self._signature:
-                continue
-            try:
-                published = self.reload()
-            except ConfigError as exc:
-                self._signature = signature
-                log.error(
-                    "config change refused, version %s keeps serving:\n%s",
-                    self.snapshot.version,
-                    "\n".join(str(p) for p in exc.problems),
-                )
-                continue
-            except Exception:
-                self._signature = signature
-                log.exception(
-                    "config change failed, version %s keeps serving", self.snapshot.version
-                )
-                continue
-            log.info(
-                "config reloaded from %s: snapshot %s%s",
-                self.config_dir,
-                published.snapshot.version,
-                "" if published.changed else " (no resource changed)",
-            )
+    async def watch_beats(self, interval_s: float = 0.25, state_file: Path | None = None) -> None:
+        """The heartbeat timer; see :func:`envoy_control.watch.watch_beats`."""
+        await watch_beats(self, interval_s, state_file)

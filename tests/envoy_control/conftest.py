@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -147,6 +147,8 @@ class ControlPlaneProcess:
     log_path: Path
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=5))
     """One client for every call (a new httpx client per call costs ~30 ms of TLS setup)."""
+    state_file: Path | None = None
+    """Its ``--state-file``, if given."""
 
     @property
     def url(self) -> str:
@@ -172,12 +174,17 @@ class ControlPlaneProcess:
 
 
 def start_control_plane(
-    config_src: Path, work_dir: Path, debug: bool = True
+    config_src: Path,
+    work_dir: Path,
+    debug: bool = True,
+    extra_args: Sequence[str] = (),
+    ports: tuple[int, int, int] | None = None,
 ) -> ControlPlaneProcess:
-    """Copy ``config_src`` under ``work_dir`` and start the control plane on free ports."""
+    """Copy ``config_src`` under ``work_dir`` and start the control plane on free ports (or on
+    ``ports``: xDS, HTTP, listener), with ``extra_args`` appended to its command line."""
     config_dir = work_dir / "config"
     shutil.copytree(config_src, config_dir)
-    xds_port, http_port, listener_port = free_port(), free_port(), free_port()
+    xds_port, http_port, listener_port = ports or (free_port(), free_port(), free_port())
     log_path = work_dir / "control-plane.log"
     argv = [
         sys.executable,
@@ -195,13 +202,15 @@ def start_control_plane(
     ]
     with log_path.open("ab") as log:
         popen = subprocess.Popen(
-            [*argv, *(["--debug"] if debug else [])],
+            [*argv, *(["--debug"] if debug else []), *extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     cp = ControlPlaneProcess(popen, config_dir, xds_port, http_port, listener_port, log_path)
+    if "--state-file" in extra_args:
+        cp.state_file = Path(extra_args[list(extra_args).index("--state-file") + 1])
 
     def healthy() -> bool:
         if popen.poll() is not None:
@@ -243,8 +252,11 @@ def live_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def control_plane(live_dir: Path, upstreams: dict[str, Upstream]) -> Iterator[ControlPlaneProcess]:
-    """The control plane (with --debug) on a copy of config/, every upstream registered."""
-    cp = start_control_plane(CONFIG_DIR, live_dir)
+    """The control plane (with --debug and a --state-file) on a copy of config/, every upstream
+    registered by PUT (none of them beats)."""
+    cp = start_control_plane(
+        CONFIG_DIR, live_dir, extra_args=["--state-file", str(live_dir / "router-state.json")]
+    )
     try:
         for rid, u in upstreams.items():
             cp.put_replica(rid, "chat-7b", UPSTREAM_VERSIONS[rid], u.port)
@@ -264,3 +276,132 @@ def envoy(control_plane: ControlPlaneProcess, live_dir: Path) -> Iterator[EnvoyP
         yield proc
     finally:
         stop_envoy(proc)
+
+
+# ---------------------------------------------------------------- heartbeats
+
+
+class FakeClock:
+    """An injected clock (seconds) that moves only when told to."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock at 1000.0 s."""
+    return FakeClock()
+
+
+def make_heartbeat_body(
+    replica_id: str, port: int, version: str = "v13", **overrides: Any
+) -> dict[str, Any]:
+    """A valid ``POST /v1/heartbeats`` body for a chat-7b replica on 127.0.0.1:``port``."""
+    return {
+        "replica_id": replica_id,
+        "model": "chat-7b",
+        "version": version,
+        "host": "127.0.0.1",
+        "port": port,
+        "region": "local",
+        "state": "serving",
+        "tokens_in_flight": 1200,
+        "queue_depth": 0,
+        "running": 3,
+        "kv_cache_usage": 0.25,
+        "prefix_cache_queries": 0,
+        "prefix_cache_hits": 0,
+        "sent_at": time.time(),
+        **overrides,
+    }
+
+
+@pytest.fixture
+def heartbeat_body() -> Callable[..., dict[str, Any]]:
+    """:func:`make_heartbeat_body`: ``heartbeat_body(replica_id, port, version="v13", **overrides)``."""
+    return make_heartbeat_body
+
+
+class Beater:
+    """A thread that beats for one replica every ``interval_s`` seconds until stopped; failed
+    beats (control plane down) are counted and retried at the next tick."""
+
+    def __init__(self, url: str, body: dict[str, Any], interval_s: float = 0.25) -> None:
+        self.url, self.body, self.interval_s = url, body, interval_s
+        self.last_ok: float | None = None
+        """``time.monotonic()`` when the last beat was answered 200."""
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=2) as client:
+            while not self._stop.is_set():
+                try:
+                    r = client.post(self.url + "/v1/heartbeats", json=self.body)
+                    if r.status_code == 200:
+                        self.last_ok = time.monotonic()
+                    else:
+                        self.failures += 1
+                except httpx.HTTPError:
+                    self.failures += 1
+                self._stop.wait(self.interval_s)
+
+    def start(self) -> Beater:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def beaters() -> Iterator[Callable[[str, dict[str, Any]], Beater]]:
+    """``beaters(url, body)`` starts a :class:`Beater`; every one started is stopped at teardown."""
+    started: list[Beater] = []
+
+    def start(url: str, body: dict[str, Any]) -> Beater:
+        b = Beater(url, body).start()
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        b.stop()
+
+
+@pytest.fixture
+def extra_upstreams() -> Iterator[Callable[[str], Upstream]]:
+    """``extra_upstreams(replica_id)`` starts an echo server (not registered); stopped at teardown."""
+    started: list[Upstream] = []
+
+    def start(replica_id: str) -> Upstream:
+        started.append(start_upstream(replica_id))
+        return started[-1]
+
+    yield start
+    for u in started:
+        u.stop()
+
+
+@pytest.fixture
+def start_cp() -> Iterator[Callable[..., ControlPlaneProcess]]:
+    """:func:`start_control_plane`; every process started is stopped by PID at teardown (exit
+    code 0 asserted)."""
+    started: list[ControlPlaneProcess] = []
+
+    def start(*args: Any, **kwargs: Any) -> ControlPlaneProcess:
+        started.append(start_control_plane(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    codes = [stop_control_plane(cp) for cp in started]
+    assert codes == [0] * len(started), f"control plane exit codes {codes}"
