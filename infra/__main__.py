@@ -1,9 +1,10 @@
-"""The Pulumi program (``Pulumi.yaml``: ``main: infra/``): reads the stack's config and wires the
-components of ``components/`` for one region or for the global layer.
+"""The Pulumi program (``Pulumi.yaml``: ``main: infra/``): one region, or the global layer.
 
-The components themselves arrive with the infrastructure issue; until then the program loads
-and checks the declared platform config and exports what the stack would carry, so ``pulumi
-preview`` already fails on a config error.
+Reads the stack's ``modelfleet:`` settings (``kind`` region|global, ``region``, ``configDir``,
+``domain``, ...; see ``components/settings.py`` and docs/deploy.md) and calls the same program
+functions ``modelfleet render`` runs under mocks (``components/program.py``). The platform config
+is loaded and checked, and the pools' maxima checked against the capacity plan, before any
+resource is declared: a config error stops ``pulumi preview`` with every problem listed.
 """
 
 from __future__ import annotations
@@ -12,20 +13,9 @@ from pathlib import Path
 
 import pulumi
 
-from modelfleet.config import load_config
+from components.program import stack_program
+from components.settings import settings_from
 
-stack_cfg = pulumi.Config("modelfleet")
-kind = stack_cfg.get("kind") or "region"
-config_dir = Path(__file__).resolve().parent.parent / "config"
-platform = load_config((stack_cfg.get("configDir") and Path(stack_cfg.require("configDir"))) or config_dir).config
-
-if kind == "region":
-    region = stack_cfg.require("region")
-    pools = [p for p in platform.pools if p.region == region]
-    pulumi.export("region", region)
-    pulumi.export(
-        "pools",
-        [{"pool": p.key, "min_replicas": p.min_replicas, "max_replicas": p.max_replicas} for p in pools],
-    )
-else:
-    pulumi.export("regions", list(platform.regions))
+config = pulumi.Config("modelfleet")
+settings = settings_from(pulumi.get_stack(), config.get, Path(__file__).resolve().parent)
+stack_program(settings, lambda: config.require_secret("dbPassword"))()
