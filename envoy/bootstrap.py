@@ -1,5 +1,11 @@
-"""The Envoy bootstrap: node identity, admin, the xDS server as a static HTTP/2 cluster, and
-dynamic resources (CDS and LDS) over one ADS stream. Everything else comes from the control plane.
+"""The Envoy bootstrap: node identity, admin, the xDS server as a static HTTP/2 cluster, the
+gateway (gateway_ext, checked by the ext_authz filter) as a static HTTP/1.1 cluster, and dynamic
+resources (CDS and LDS) over one ADS stream. Everything else comes from the control plane.
+
+The gateway's cluster lives here, not in CDS: each Envoy deployment knows its gateway's address
+(a Kubernetes Service name, or the local stack's port) while the control plane need not; the
+listener it serves refers to the cluster by name (``envoy_control.ext_authz.GATEWAY_CLUSTER``).
+An Envoy without it answers every API request 503 (ext_authz fails closed).
 """
 
 from __future__ import annotations
@@ -10,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from envoy_control.clusters import ads_config_source, seconds
-from google.protobuf import any_pb2, json_format
+from envoy_control.ext_authz import GATEWAY_CLUSTER
+from google.protobuf import any_pb2, json_format, wrappers_pb2
 from google.protobuf.message import Message
 
 from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.core.v3 import (
     address_pb2,
     backoff_pb2,
@@ -63,28 +70,47 @@ def make_xds_cluster(xds_host: str, xds_port: int) -> cluster_pb2.Cluster:
             )
         )
     )
+    cluster = _static_cluster(XDS_CLUSTER, xds_host, xds_port, connect_timeout_s=1.0)
+    cluster.typed_extension_protocol_options[
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    ].CopyFrom(_pack(h2))
+    return cluster
+
+
+def _static_cluster(name: str, host: str, port: int, connect_timeout_s: float) -> cluster_pb2.Cluster:
     return cluster_pb2.Cluster(
-        name=XDS_CLUSTER,
-        type=cluster_pb2.Cluster.STATIC if _is_ip(xds_host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=seconds(1),
-        typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _pack(h2)
-        },
+        name=name,
+        type=cluster_pb2.Cluster.STATIC if _is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        connect_timeout=seconds(connect_timeout_s),
         load_assignment=endpoint_pb2.ClusterLoadAssignment(
-            cluster_name=XDS_CLUSTER,
+            cluster_name=name,
             endpoints=[
                 endpoint_components_pb2.LocalityLbEndpoints(
                     lb_endpoints=[
                         endpoint_components_pb2.LbEndpoint(
-                            endpoint=endpoint_components_pb2.Endpoint(
-                                address=_socket(xds_host, xds_port)
-                            )
+                            endpoint=endpoint_components_pb2.Endpoint(address=_socket(host, port))
                         )
                     ]
                 )
             ],
         ),
     )
+
+
+def make_gateway_cluster(host: str, port: int, max_requests: int = 100_000) -> cluster_pb2.Cluster:
+    """gateway_ext as an HTTP/1.1 cluster (STATIC for an IP, STRICT_DNS for a name).
+
+    Queued requests hold their check open for up to minutes, one connection each, so the circuit
+    breakers are raised to ``max_requests`` (Envoy's default 1024 would refuse the 1025th).
+    """
+    cluster = _static_cluster(GATEWAY_CLUSTER, host, port, connect_timeout_s=0.25)
+    limits = circuit_breaker_pb2.CircuitBreakers.Thresholds(
+        max_connections=wrappers_pb2.UInt32Value(value=max_requests),
+        max_pending_requests=wrappers_pb2.UInt32Value(value=max_requests),
+        max_requests=wrappers_pb2.UInt32Value(value=max_requests),
+    )
+    cluster.circuit_breakers.CopyFrom(circuit_breaker_pb2.CircuitBreakers(thresholds=[limits]))
+    return cluster
 
 
 def make_bootstrap(
@@ -96,10 +122,13 @@ def make_bootstrap(
     xds_port: int,
     admin_host: str = "127.0.0.1",
     xds_retry_max_s: float = 2.0,
+    gateway: tuple[str, int] | None = None,
 ) -> bootstrap_pb2.Bootstrap:
     """The bootstrap as a message. Ports are TCP ports (``admin_port`` 0: Envoy picks one).
 
     ``xds_retry_max_s`` caps Envoy's reconnect backoff to the control plane, in seconds.
+    ``gateway`` is gateway_ext's ``(host, port)``: without it the ext_authz filter of the served
+    listener has no cluster and every API request is refused (503).
     """
     ads = config_source_pb2.ApiConfigSource(
         api_type=config_source_pb2.ApiConfigSource.GRPC,
@@ -125,7 +154,10 @@ def make_bootstrap(
         node=base_pb2.Node(id=node_id, cluster=cluster),
         admin=bootstrap_pb2.Admin(address=_socket(admin_host, admin_port)),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
-            clusters=[make_xds_cluster(xds_host, xds_port)]
+            clusters=[
+                make_xds_cluster(xds_host, xds_port),
+                *([make_gateway_cluster(*gateway)] if gateway is not None else []),
+            ]
         ),
         dynamic_resources=bootstrap_pb2.Bootstrap.DynamicResources(
             ads_config=ads, cds_config=ads_config_source(), lds_config=ads_config_source()
@@ -150,6 +182,7 @@ def render_bootstrap(
     xds_port: int,
     admin_host: str = "127.0.0.1",
     xds_retry_max_s: float = 2.0,
+    gateway: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """The bootstrap as plain JSON data (write it with ``json.dumps`` and pass it to ``envoy -c``).
 
@@ -163,6 +196,7 @@ def render_bootstrap(
         xds_port=xds_port,
         admin_host=admin_host,
         xds_retry_max_s=xds_retry_max_s,
+        gateway=gateway,
     )
     data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
     return data

@@ -2,8 +2,10 @@
 
 - one EDS cluster per declared, not retired ``model@version``;
 - one ClusterLoadAssignment per cluster, with that version's replicas (possibly none);
-- one listener for the public API and one route configuration: each model name to its live
-  version (canary split, shadow copy), each ``model@version`` to itself.
+- one listener for the public API, every request checked by gateway_ext through ext_authz, and
+  one route configuration: each routable ``model@version`` on the ``x-route-version`` header,
+  the live version mirrored to its shadow. With ``ListenerSpec.gateway`` None (tests of the
+  routing layer): no check, routes on the body's ``model`` with Envoy's own canary split.
 
 Replicas of a version that is not declared (or retired) are left out, and reported by
 :func:`unroutable_replicas`.
@@ -14,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from envoy_control.body_routes import make_body_route_config
 from envoy_control.clusters import make_cluster, make_load_assignment
+from envoy_control.ext_authz import DEFAULT_GATEWAY, ExtAuthzSpec
 from envoy_control.listeners import make_listener
 from envoy_control.replicas import Replica, replicas_by_key
 from envoy_control.routes import AliasRoute, make_route_config
@@ -26,11 +30,16 @@ from modelfleet.config import PlatformConfig
 
 @dataclass(frozen=True)
 class ListenerSpec:
-    """Where Envoy's public API listens: ``host`` and TCP ``port``."""
+    """Where Envoy's public API listens: ``host`` and TCP ``port``; ``gateway``: how requests
+    are checked by gateway_ext (its cluster lives in Envoy's bootstrap,
+    ``envoy_control.bootstrap``). ``gateway=None`` serves no check and routes on the body's
+    ``model`` (``envoy_control.body_routes``: tests of the routing layer only, never a public
+    listener)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     access_log: bool = True
+    gateway: ExtAuthzSpec | None = DEFAULT_GATEWAY
 
 
 def served_version_keys(config: PlatformConfig) -> list[str]:
@@ -83,8 +92,17 @@ def build_resources(
             )
             for k in keys
         ],
-        LISTENER: [make_listener(listener.host, listener.port, access_log=listener.access_log)],
-        ROUTE: [make_route_config(alias_routes(config), keys)],
+        LISTENER: [
+            make_listener(
+                listener.host, listener.port, access_log=listener.access_log,
+                gateway=listener.gateway,
+            )
+        ],
+        ROUTE: [
+            (make_route_config if listener.gateway else make_body_route_config)(
+                alias_routes(config), keys
+            )
+        ],
     }
     for type_url, messages in (extra or {}).items():
         resources.setdefault(type_url, []).extend(messages)

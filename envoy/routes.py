@@ -1,10 +1,12 @@
-"""Builders for the RDS resource: routes on the request body's ``model`` field.
+"""Builders for the RDS resource: routes on the ``x-route-version`` header set by gateway_ext.
 
-``json_to_metadata`` (see ``envoy_control.listeners``) puts the body's ``model`` into dynamic
-metadata; each route here matches that metadata: an alias (``chat-7b``) goes to its live version,
-split by weight to a canary (the split hashes ``x-conversation-id``, so a conversation stays on one
-version) and mirrored to a shadow version; an explicit ``model@version`` goes to that version.
-Anything else gets an OpenAI-shaped error from Envoy itself.
+gateway_ext resolves every chat request to one ``model@version`` (explicit ``@vN``, conversation
+pinning, the canary split) and sets ``x-route-version``; Envoy clears its route cache after the
+check and picks the route here: each served ``model@version`` matches that header exactly and
+forwards to its cluster, the live version of a model with a shadow also mirrors a fraction of
+requests to the shadow version. ``GET /v1/models`` is answered by Envoy itself; anything else
+gets an OpenAI-shaped error. Bad bodies, unknown models, keys and limits are the gateway's
+answers, before any route is chosen.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from envoy_control.clusters import seconds
-from envoy_control.listeners import BODY_INVALID, MODEL_MISSING, REQUEST_METADATA, ROUTE_CONFIG_NAME
+from envoy_control.listeners import ROUTE_CONFIG_NAME
 from envoy_control.openai_errors import error_format, json_body_format
 from google.protobuf import any_pb2, wrappers_pb2
 
@@ -23,11 +25,12 @@ from envoy.config.core.v3 import substitution_format_string_pb2 as sf
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
-from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
+from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
+from gateway_ext.contract import ROUTE_VERSION_HEADER
 
 CONVERSATION_HEADER = "x-conversation-id"
-"""The routing key: ring hash over replicas and the canary split both hash it."""
+"""The routing key: the ring hash over a version's replicas hashes it."""
 UPSTREAM_HEADERS = {
     "x-modelfleet-upstream": "%UPSTREAM_HOST%",
     "x-modelfleet-cluster": "%UPSTREAM_CLUSTER%",
@@ -38,15 +41,15 @@ ROUTE_IDLE_TIMEOUT_S = 120.0
 """A stream with no bytes either way for this many seconds is reset."""
 RETRY_ON = "connect-failure,refused-stream,reset"
 """Retried only before response headers, which a replica holds until its first token."""
-WEIGHT_TOTAL = 10_000
-"""Weights are basis points of traffic, so canary percents keep two decimals."""
 
 
 @dataclass(frozen=True)
 class AliasRoute:
-    """A model name and where it goes: ``live`` and ``canary``/``shadow`` are ``model@version``.
+    """A model name and its versions: ``live`` and ``canary``/``shadow`` are ``model@version``.
 
-    ``canary_percent`` in 0..100 of conversations; ``shadow_fraction`` in 0..1 of requests.
+    Envoy routes ``live`` and ``canary`` as versions (gateway_ext splits between them;
+    ``canary_percent``, 0..100 of conversations, is its input) and mirrors ``shadow_fraction``
+    (0..1) of the live version's requests to ``shadow``.
     """
 
     model: str
@@ -57,26 +60,14 @@ class AliasRoute:
     shadow_fraction: float = 0.0
 
 
-def model_match(name: str | None, *, post_only: bool = False) -> rc.RouteMatch:
-    """Match ``/v1/...`` requests whose body's ``model`` is ``name`` (None: any value)."""
-    value = (
-        value_pb2.ValueMatcher(present_match=True)
-        if name is None
-        else value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=name))
-    )
-    match = rc.RouteMatch(
-        prefix="/v1/",
-        dynamic_metadata=[
-            metadata_pb2.MetadataMatcher(
-                filter=REQUEST_METADATA,
-                path=[metadata_pb2.MetadataMatcher.PathSegment(key="model")],
-                value=value,
-            )
-        ],
-    )
-    if post_only:
-        match.headers.add(name=":method", string_match=string_pb2.StringMatcher(exact="POST"))
-    return match
+def version_match(key: str | None) -> rc.RouteMatch:
+    """Match ``/v1/...`` requests whose ``x-route-version`` is ``key`` (None: any value)."""
+    header = rc.HeaderMatcher(name=ROUTE_VERSION_HEADER)
+    if key is None:
+        header.present_match = True
+    else:
+        header.string_match.CopyFrom(string_pb2.StringMatcher(exact=key))
+    return rc.RouteMatch(prefix="/v1/", headers=[header])
 
 
 def make_retry_policy(num_retries: int = 2) -> rc.RetryPolicy:
@@ -101,7 +92,8 @@ def make_retry_policy(num_retries: int = 2) -> rc.RetryPolicy:
 def make_route_action(
     clusters: Sequence[tuple[str, int]], shadow: tuple[str, float] | None = None
 ) -> rc.RouteAction:
-    """Forward to ``clusters`` (``(name, weight)``; one entry: no split) without a total timeout.
+    """Forward to ``clusters`` (``(name, weight)``; one entry: no split) without a total timeout,
+    retrying before the first byte only.
 
     ``shadow`` is ``(cluster, fraction 0..1)`` of requests mirrored there, answers discarded.
     """
@@ -136,7 +128,8 @@ def make_route_action(
     return action
 
 
-def _upstream_headers() -> list[base_pb2.HeaderValueOption]:
+def upstream_headers() -> list[base_pb2.HeaderValueOption]:
+    """``UPSTREAM_HEADERS`` as response headers to add."""
     return [
         base_pb2.HeaderValueOption(
             header=base_pb2.HeaderValue(key=k, value=v),
@@ -146,39 +139,36 @@ def _upstream_headers() -> list[base_pb2.HeaderValueOption]:
     ]
 
 
-def make_version_route(key: str) -> rc.Route:
-    """An explicit ``model@version`` in the body goes to that version's cluster."""
+def make_version_route(key: str, shadow: tuple[str, float] | None = None) -> rc.Route:
+    """``x-route-version: key`` goes to ``key``'s cluster; ``shadow`` is ``(cluster, fraction
+    0..1)`` of requests mirrored there."""
     return rc.Route(
         name=f"version:{key}",
-        match=model_match(key),
-        route=make_route_action([(key, 1)]),
-        response_headers_to_add=_upstream_headers(),
+        match=version_match(key),
+        route=make_route_action([(key, 1)], shadow),
+        response_headers_to_add=upstream_headers(),
     )
 
 
-def canary_weights(live: str, canary: str | None, percent: float) -> list[tuple[str, int]]:
-    """``(cluster, weight)`` pairs summing to ``WEIGHT_TOTAL``; a zero-weight side is left out."""
-    canary_weight = round(percent * WEIGHT_TOTAL / 100) if canary else 0
-    pairs = [(live, WEIGHT_TOTAL - canary_weight), (canary or "", canary_weight)]
-    return [(name, weight) for name, weight in pairs if weight > 0]
+def version_targets(aliases: Sequence[AliasRoute], version_keys: Sequence[str]) -> list[str]:
+    """Every ``model@version`` a request may be routed to: ``version_keys`` and each alias's live
+    and canary version, in that order, each once."""
+    out = list(dict.fromkeys(version_keys))
+    for a in aliases:
+        out += [k for k in (a.live, a.canary) if k and k not in out]
+    return out
 
 
-def make_alias_route(alias: AliasRoute) -> rc.Route:
-    """A model name in the body goes to its live version, with the canary split and shadow copy."""
-    shadow = (alias.shadow, alias.shadow_fraction) if alias.shadow else None
-    return rc.Route(
-        name=f"alias:{alias.model}",
-        match=model_match(alias.model),
-        route=make_route_action(
-            canary_weights(alias.live, alias.canary, alias.canary_percent), shadow
-        ),
-        response_headers_to_add=_upstream_headers(),
-    )
+def shadows(aliases: Sequence[AliasRoute]) -> dict[str, tuple[str, float]]:
+    """Live version -> ``(shadow version, fraction of requests)`` for aliases with a shadow."""
+    return {a.live: (a.shadow, a.shadow_fraction) for a in aliases
+            if a.shadow and a.shadow_fraction > 0}
 
 
-def _direct(
+def direct_route(
     name: str, match: rc.RouteMatch, status: int, body: sf.SubstitutionFormatString
 ) -> rc.Route:
+    """A route ``name`` answered by Envoy itself with ``status`` and ``body``."""
     return rc.Route(
         name=name,
         match=match,
@@ -192,53 +182,28 @@ def make_models_list_route(names: Iterable[str]) -> rc.Route:
     match = rc.RouteMatch(path="/v1/models")
     match.headers.add(name=":method", string_match=string_pb2.StringMatcher(exact="GET"))
     body = json_body_format(json.dumps({"object": "list", "data": data}, separators=(",", ":")))
-    return _direct("models-list", match, 200, body)
+    return direct_route("models-list", match, 200, body)
 
 
 def make_error_routes() -> list[rc.Route]:
-    """Body not JSON (400), no ``model`` (400), unknown model (404), unknown URL (404).
+    """A version no route serves (retired, or gateway and Envoy configs out of step: 404) and an
+    unknown URL (404). Placed after every version route.
 
-    Placed after every model route: a route matches only what no model route took.
+    Both are 4xx on purpose: a 5xx direct response would be rewritten by the local-reply mappers.
     """
-    model_value = f"%DYNAMIC_METADATA({REQUEST_METADATA}:model)%"
-    invalid = rc.RouteMatch(prefix="/")
-    invalid.dynamic_metadata.add(
-        filter=REQUEST_METADATA,
-        path=[metadata_pb2.MetadataMatcher.PathSegment(key="model")],
-        value=value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=BODY_INVALID)),
-    )
     return [
-        _direct(
-            "body-not-json",
-            invalid,
-            400,
-            error_format(
-                "We could not parse the JSON body of your request: send a JSON object with "
-                "'Content-Type: application/json'.",
-                "invalid_request_error",
-                None,
-            ),
-        ),
-        _direct(
-            "model-missing",
-            model_match(MODEL_MISSING, post_only=True),
-            400,
-            error_format(
-                "You must provide a model parameter.", "invalid_request_error", None, "model"
-            ),
-        ),
-        _direct(
-            "model-unknown",
-            model_match(None, post_only=True),
+        direct_route(
+            "version-unrouted",
+            version_match(None),
             404,
             error_format(
-                f"The model `{model_value}` does not exist.",
+                f"The model `%REQ({ROUTE_VERSION_HEADER})%` is not served here.",
                 "invalid_request_error",
                 "model_not_found",
                 "model",
             ),
         ),
-        _direct(
+        direct_route(
             "unknown-url",
             rc.RouteMatch(prefix="/"),
             404,
@@ -252,15 +217,13 @@ def make_error_routes() -> list[rc.Route]:
 def make_route_config(
     aliases: Sequence[AliasRoute], version_keys: Sequence[str], *, name: str = ROUTE_CONFIG_NAME
 ) -> route_pb2.RouteConfiguration:
-    """The public API's routes: models list, invalid body, aliases, versions, then errors.
-
-    The invalid-body route goes first so a client's literal ``model`` string can never shadow it.
-    """
-    routes = [make_models_list_route([a.model for a in aliases] + list(version_keys))]
-    error_routes = make_error_routes()
-    routes.append(error_routes[0])
-    routes += [make_alias_route(a) for a in aliases]
-    routes += [make_version_route(k) for k in version_keys]
-    routes += error_routes[1:]
+    """The public API's routes: models list, one route per version (see
+    :func:`version_targets`), then errors."""
+    targets = version_targets(aliases, version_keys)
+    mirrors = shadows(aliases)
+    names = list(dict.fromkeys([a.model for a in aliases] + list(version_keys)))
+    routes = [make_models_list_route(names)]
+    routes += [make_version_route(k, mirrors.get(k)) for k in targets]
+    routes += make_error_routes()
     host = rc.VirtualHost(name="api", domains=["*"], routes=routes)
     return route_pb2.RouteConfiguration(name=name, virtual_hosts=[host])

@@ -143,6 +143,10 @@ class MemoryBucketStore:
         """See :meth:`BucketStore.bucket_state`."""
         return self._buckets.get(key)
 
+    def knows(self, reservation_id: str) -> bool:
+        """Whether ``reservation_id`` is recorded (made and not swept yet)."""
+        return reservation_id in self._records
+
     def sweep(self, now: float) -> int:
         """Forget reservations expired at ``now`` (seconds); returns how many."""
         now_ms = to_ms(now)

@@ -28,6 +28,12 @@ from gateway_ext.bucket_store import (
     reservation_ttl_s,
 )
 from gateway_ext.buckets import Verdict
+from gateway_ext.contract import (
+    RESERVATION_HEADER,
+    ROUTE_VERSION_HEADER,
+    TEAM_HEADER,
+    TIER_HEADER,
+)
 from gateway_ext.errors import ApiError, invalid, rate_limited, shed
 from gateway_ext.keys import Authenticated, KeyRing, authorize
 from gateway_ext.metering import UsageMeter
@@ -147,8 +153,8 @@ class GatewayCore:
         if outcome is None or outcome.decision in (Decision.REJECT_429, Decision.SHED_503):
             self.store.settle(key, limit.tokens_per_minute, request_id, 0, now)
             return self._refuse_admission(team, req, version, outcome, print_, now)
-        headers = {**res.headers(), "x-route-version": pool_key, "x-modelfleet-team": team,
-                   "x-modelfleet-tier": req.tier, "x-modelfleet-reservation-id": request_id}
+        headers = {**res.headers(), ROUTE_VERSION_HEADER: pool_key, TEAM_HEADER: team,
+                   TIER_HEADER: req.tier, RESERVATION_HEADER: request_id}
         return Admitted(req, team, limit.tokens_per_minute, pool_key, version, request_id,
                         outcome, headers)
 

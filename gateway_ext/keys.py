@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway_ext.errors import ApiError, forbidden, unauthenticated
-from modelfleet.config.keyhash import hash_key
+from modelfleet.config.keyhash import (
+    hash_key as hash_key,  # re-exported: the tests and callers hash keys here
+)
 from modelfleet.config.schema import Team, TeamLimit, Tier
 
 KEY_PREFIX = "mf-"

@@ -1,17 +1,20 @@
 """Prometheus metrics of gateway_ext, registered on a registry passed in (never the global one).
 
-Per team: tokens used (by kind), 429s (by reason), requests shed with 503 (by tier).
+Per team: tokens used (by kind), bucket tokens reserved / refunded / overcharged, 429s (by
+reason), requests shed with 503 (by tier), bucket-store fallbacks (Redis unreachable).
 Per pool (``model@version``): queue depth by tier, admissions by tier, queue wait (seconds) by tier,
 tokens in flight and capacity (tokens).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway_ext.admission import PoolView
+from gateway_ext.admission import PoolAdmission, PoolView
 
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                         300.0)
@@ -23,6 +26,7 @@ class GatewayMetrics:
     """The metric families; label values are team, model, pool, tier, reason, kind."""
 
     team_tokens: Counter
+    team_bucket_tokens: Counter
     team_rejected: Counter
     team_shed: Counter
     pool_queue_depth: Gauge
@@ -30,6 +34,7 @@ class GatewayMetrics:
     pool_queue_wait: Histogram
     pool_tokens_in_flight: Gauge
     pool_capacity: Gauge
+    store_fallbacks: Counter
 
     def observe_pool(self, pool: str, view: PoolView) -> None:
         """Set ``pool``'s gauges from an admission view."""
@@ -51,6 +56,10 @@ def make_metrics(registry: CollectorRegistry, namespace: str = "modelfleet_gatew
     return GatewayMetrics(
         team_tokens=Counter("team_tokens", "Tokens used by a team (prompt, cached, output).",
                             ["team", "model", "kind"], namespace=namespace, registry=registry),
+        team_bucket_tokens=Counter(
+            "team_bucket_tokens", "Bucket tokens reserved at admission, refunded (unused or never "
+            "run) and overcharged (used above the reservation) at settle.",
+            ["team", "model", "event"], namespace=namespace, registry=registry),
         team_rejected=Counter("team_rejected", "Requests refused with 429, by reason.",
                               ["team", "model", "reason"], namespace=namespace, registry=registry),
         team_shed=Counter("team_shed", "Requests shed with 503, by tier.",
@@ -66,4 +75,52 @@ def make_metrics(registry: CollectorRegistry, namespace: str = "modelfleet_gatew
                                     ["pool"], namespace=namespace, registry=registry),
         pool_capacity=Gauge("pool_capacity_tokens", "Pool capacity in tokens in flight.",
                             ["pool"], namespace=namespace, registry=registry),
+        store_fallbacks=Counter("bucket_store_fallbacks", "Bucket-store calls that failed and "
+                                "fell back to per-process buckets.", ["op"],
+                                namespace=namespace, registry=registry),
     )
+
+
+class MetricsRecorder:
+    """The per-request updates of :class:`GatewayMetrics`, with each label combination's child
+    remembered (``labels()`` costs more than the update itself). Token counts in tokens."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: Any, **labels: str) -> Any:
+        key = (id(metric), *labels.values())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(**labels)
+        return child
+
+    def bucket(self, team: str, model: str, event: str, tokens: int) -> None:
+        """Bucket tokens ``reserved``, ``refunded`` or ``overcharged``."""
+        if tokens:
+            self._child(self.metrics.team_bucket_tokens, team=team, model=model,
+                        event=event).inc(tokens)
+
+    def usage(self, team: str, model: str, prompt: int, cached: int, output: int) -> None:
+        """A settled request's tokens."""
+        for kind, tokens in (("prompt", prompt), ("cached", cached), ("output", output)):
+            self._child(self.metrics.team_tokens, team=team, model=model, kind=kind).inc(tokens)
+
+    def admitted(self, pool: str, tier: str, waited_s: float) -> None:
+        """A request admitted to ``pool`` after ``waited_s`` seconds queued."""
+        self._child(self.metrics.pool_admitted, pool=pool, tier=tier).inc()
+        self._child(self.metrics.pool_queue_wait, pool=pool, tier=tier).observe(waited_s)
+
+    def rejected(self, team: str, model: str, reason: str) -> None:
+        """A 429."""
+        self._child(self.metrics.team_rejected, team=team, model=model, reason=reason).inc()
+
+    def shed(self, team: str, model: str, tier: str) -> None:
+        """A 503."""
+        self._child(self.metrics.team_shed, team=team, model=model, tier=tier).inc()
+
+    def pools(self, pools: Mapping[str, PoolAdmission]) -> None:
+        """Every pool's gauges (per scrape and timer tick, not per request)."""
+        for key, pool in pools.items():
+            self.metrics.observe_pool(key, pool.view())

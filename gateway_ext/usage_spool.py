@@ -103,10 +103,13 @@ class UsageFlusher:
         self.spool = spool
         self.new_batch_id = new_batch_id
 
-    def flush(self, now: float) -> FlushResult:
+    def flush(self, now: float, rows: list[UsageRow] | None = None) -> FlushResult:
         """Drain the meter into the spool, then write every spooled batch it can at ``now``
-        (seconds since the epoch). Never raises for an unreachable database."""
-        rows = self.meter.drain()
+        (seconds since the epoch). Never raises for an unreachable database.
+
+        ``rows`` already drained from the meter are spooled instead (a service drains on its
+        event loop, then writes from a worker thread)."""
+        rows = self.meter.drain() if rows is None else rows
         if rows:
             self.spool.append(Batch(self.new_batch_id(), tuple(rows)))
         pending = self.spool.batches()

@@ -2,7 +2,8 @@
 
     python -m replica --port 8001 --served-model-name chat-7b chat-7b@v13 \\
         --model-version v13 --replica-id chat-7b-v13-0 --region local \\
-        --preset chat-7b --engine-params '{"max_num_seqs": 128}' --time-scale 10
+        --preset chat-7b --engine-params '{"max_num_seqs": 128}' --time-scale 10 \\
+        [--settle-url http://127.0.0.1:8090/v1/settle]
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="chat-7b", help="engine parameters to start from")
     ap.add_argument("--engine-params", default=None, metavar="JSON",
                     help="JSON object of EngineParams fields overriding the preset")
+    ap.add_argument("--settle-url", default="",
+                    help="gateway_ext's settle endpoint: report the real usage of admitted requests")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return ap.parse_args(argv)
 
@@ -55,6 +58,7 @@ def config_from_args(args: argparse.Namespace) -> ReplicaConfig:
         region=args.region,
         seed=args.seed,
         time_scale=args.time_scale,
+        settle_url=args.settle_url,
     )
 
 

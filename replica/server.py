@@ -20,6 +20,7 @@ from replica.driver import EngineDriver
 from replica.engine import Engine
 from replica.metrics import ReplicaMetrics
 from replica.protocol import ChatCompletionRequest, error_body, models_body
+from replica.settle import SettleReporter
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
     ``app.state.replica`` for in-process inspection.
     """
     replica = Replica(config, wall)
+    reporter = SettleReporter(config.settle_url) if config.settle_url else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,10 +61,13 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
                 await asyncio.wait_for(task, timeout=5.0)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
+            if reporter is not None:
+                await reporter.aclose()
 
     app = FastAPI(title="modelfleet simulated vLLM replica", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.replica = replica
-    chat = ChatHandler(config, replica.driver)
+    app.state.settle_reporter = reporter
+    chat = ChatHandler(config, replica.driver, reporter.report if reporter else None)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

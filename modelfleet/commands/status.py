@@ -1,4 +1,5 @@
-"""``modelfleet status``: the local stack's replicas, versions, and Envoy's own view of them."""
+"""``modelfleet status``: the local stack's processes (gateway included), versions, the gateway's
+health, and Envoy's own view of the replicas."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def register(sub: Any) -> None:
     """Add the ``status`` sub-command to ``sub``."""
     p: argparse.ArgumentParser = sub.add_parser(
         "status",
-        help="show the local stack: replicas, versions, and Envoy's view (admin /clusters)",
+        help="show the local stack: processes, versions, the gateway, and Envoy's view",
         description="Read .modelfleet/local.json, then ask the control plane and Envoy's admin "
         "interface what they hold. Exits 1 when no local stack is running from here.",
     )
@@ -79,6 +80,13 @@ def collect(facts: dict[str, Any]) -> dict[str, Any]:
             report[key] = httpx.get(cp_url + path, timeout=2.0).json()
         except (httpx.HTTPError, ValueError) as exc:
             report[f"{key}_error"] = f"control plane unreachable: {exc}"
+    gateway = facts.get("gateway")
+    if gateway:
+        try:
+            report["gateway"] = {"url": gateway["url"],
+                                 **httpx.get(gateway["url"] + "/health", timeout=2.0).json()}
+        except (httpx.HTTPError, ValueError) as exc:
+            report["gateway_error"] = f"gateway unreachable: {exc}"
     try:
         report["envoy"] = envoy_view(facts["envoy_admin_url"])
     except (httpx.HTTPError, ValueError) as exc:
@@ -97,6 +105,10 @@ def render(report: dict[str, Any]) -> str:
         canary = f"{m['canary']['version']} {m['canary']['percent']:g}%" if m["canary"] else "-"
         shadow = f"{m['shadow']['version']} {m['shadow']['fraction']:g}" if m["shadow"] else "-"
         lines.append(f"{m['model']:<12} {m['live']:<6} {canary:<15} {shadow}")
+    if "gateway" in report:
+        g = report["gateway"]
+        lines += ["", f"GATEWAY {g['url']}: {g.get('status')}, {g.get('running', 0)} running, "
+                      f"{g.get('queued', 0)} queued, bucket store {g.get('bucket_store', '-')}"]
     if "envoy" in report:
         lines += ["", "ENVOY CLUSTER      HOST                   REPLICA              HEALTH     ACTIVE  TOTAL"]
         for c in report["envoy"]:
@@ -105,7 +117,7 @@ def render(report: dict[str, Any]) -> str:
             for h in c["hosts"] or [{"address": "(no endpoints)", "hostname": "", "health": "-", "rq_active": 0, "rq_total": 0}]:
                 lines.append(f"{c['cluster']:<18} {h['address']:<22} {h['hostname']:<20} {h['health']:<10} "
                              f"{h['rq_active']:<7} {h['rq_total']}")
-    for key in ("models_error", "replicas_error", "xds_error", "envoy_error"):
+    for key in ("models_error", "replicas_error", "xds_error", "gateway_error", "envoy_error"):
         if key in report:
             lines.append(f"! {report[key]}")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from typing import Any
 
 from modelfleet.config import ConfigError
 from modelfleet.local.processes import pid_alive
-from modelfleet.local.stack import LocalStack, StackOptions
+from modelfleet.local.stack import LocalStack, StackOptions, redact_password
 from modelfleet.local.state import read_state, state_path, write_state
 
 PACKAGED_CONFIG = Path(__file__).resolve().parents[2] / "config"
@@ -28,11 +28,12 @@ def register(sub: Any) -> None:
     """Add the ``up`` sub-command to ``sub``."""
     p: argparse.ArgumentParser = sub.add_parser(
         "up",
-        help="start the local stack: control plane, simulated replicas, a real Envoy",
-        description="Start on 127.0.0.1 the xDS control plane, one simulated vLLM replica per "
-        "entry of the config's `local.replicas`, and a real Envoy fed by the control plane. "
-        "Writes the connection facts to .modelfleet/local.json and runs until Ctrl-C or SIGTERM, "
-        "which stops every child.",
+        help="start the local stack: control plane, gateway, simulated replicas, a real Envoy",
+        description="Start on 127.0.0.1 the xDS control plane, gateway_ext (team keys, token "
+        "buckets, admission, metering), one simulated vLLM replica per entry of the config's "
+        "`local.replicas`, and a real Envoy fed by the control plane that checks every request "
+        "with the gateway. Prints the config's dev keys, writes the connection facts to "
+        ".modelfleet/local.json and runs until Ctrl-C or SIGTERM, which stops every child.",
     )
     p.add_argument("--config", type=Path, default=None,
                    help="config directory (default: ./config, else the example config)")
@@ -40,7 +41,12 @@ def register(sub: Any) -> None:
     p.add_argument("--time-scale", type=float, default=None,
                    help="run the simulated replicas this many times faster than real time")
     p.add_argument("--seed", type=int, default=0, help="seed of the replicas' generated text")
-    p.add_argument("--debug", action="store_true", help="enable the control plane's debug endpoints")
+    p.add_argument("--debug", action="store_true",
+                   help="enable the control plane's and the gateway's debug endpoints")
+    p.add_argument("--usage-db-url", default=None,
+                   help="the gateway's usage database (default: SQLite .modelfleet/usage.db)")
+    p.add_argument("--redis-url", default=None,
+                   help="token buckets in Redis (default: in the gateway's memory)")
     p.add_argument("--json", action="store_true", help="print the connection facts as JSON when ready")
     p.set_defaults(run=run)
 
@@ -51,7 +57,7 @@ def default_config_dir() -> Path:
     return here if here.is_dir() else PACKAGED_CONFIG
 
 
-def snippets(base_url: str, key: str = "local-dev") -> str:
+def snippets(base_url: str, key: str) -> str:
     """Ready-to-paste curl and Python (openai) examples against ``base_url``."""
     return f"""\
   curl -sN {base_url}/chat/completions \\
@@ -88,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         seed=args.seed,
         debug=args.debug,
+        usage_db_url=args.usage_db_url,
+        redis_url=args.redis_url,
     )
     stack = LocalStack(options)
     stop_requested = threading.Event()
@@ -127,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _watch(stack: LocalStack, stop_requested: threading.Event) -> int:
-    """Wait for a stop; report children that die; give up if Envoy or the control plane does."""
+    """Wait for a stop; report children that die; give up if Envoy, the gateway or the control
+    plane does (no request can be served without them)."""
     reported: set[int] = set()
     while not stop_requested.wait(1.0):
         for child in stack.dead_children():
@@ -136,7 +145,7 @@ def _watch(stack: LocalStack, stop_requested: threading.Event) -> int:
             reported.add(child.pid)
             print(f"modelfleet up: {child.name} (pid {child.pid}) exited with {child.popen.returncode}; "
                   f"log: {child.log}", file=sys.stderr, flush=True)
-            if child.role in ("envoy", "control-plane"):
+            if child.role in ("envoy", "gateway", "control-plane"):
                 return 1
     return 0
 
@@ -145,16 +154,24 @@ def _banner(facts: dict[str, Any], facts_path: Path) -> str:
     replicas = [p for p in facts["processes"] if p["role"] == "replica"]
     versions = sorted({p["model_version"] for p in replicas})
     cp = facts["control_plane"]
+    keys: dict[str, str] = facts.get("keys", {})
+    key_lines = "\n".join(f"  {team:<15} {key}" for team, key in keys.items()) or "  (none in local.yaml)"
+    first = next(iter(keys.values()), "<team key>")
     return f"""
-modelfleet is up: {len(replicas)} simulated replicas of {', '.join(versions)} behind Envoy
+modelfleet is up: {len(replicas)} simulated replicas of {', '.join(versions)} behind Envoy and the gateway
 
   API base URL    {facts['base_url']}
   Envoy admin     {facts['envoy_admin_url']}
+  gateway         {facts['gateway']['url']}  (metrics {facts['gateway']['metrics_url']})
   control plane   {cp['http_url']}  (xDS {cp['xds_address']})
+  usage database  {redact_password(facts['usage_db_url'])}  (`modelfleet usage`)
   facts           {facts_path}
 
+Dev keys (local use only; also in the facts file under "keys"):
+{key_lines}
+
 Try it:
-{snippets(facts['base_url'])}
+{snippets(facts['base_url'], first)}
 
 `modelfleet status` shows replicas, versions and Envoy's view. Ctrl-C stops everything.
 """

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,15 @@ class RunningStack:
     def base_url(self) -> str:
         return str(self.facts["base_url"])
 
+    @property
+    def gateway_url(self) -> str:
+        """gateway_ext's own URL (settle, metrics, debug endpoints)."""
+        return str(self.facts["gateway"]["url"])
+
+    def key(self, team: str) -> str:
+        """``team``'s dev key (the config's ``local.dev_keys``)."""
+        return str(self.facts["keys"][team])
+
     def child_pids(self) -> list[int]:
         return [int(p["pid"]) for p in self.facts["processes"]]
 
@@ -55,7 +65,8 @@ class RunningStack:
 
 
 def write_config(dest: Path, replicas: dict[str, int] | None = None, time_scale: float = 1.0) -> Path:
-    """A copy of the example config with the given local replicas and time scale."""
+    """A copy of the example config with the given local replicas and time scale (edit the other
+    files with :func:`edit_yaml`)."""
     shutil.copytree(EXAMPLE_CONFIG, dest)
     local = yaml.safe_load((dest / "local.yaml").read_text())
     if replicas is not None:
@@ -65,8 +76,17 @@ def write_config(dest: Path, replicas: dict[str, int] | None = None, time_scale:
     return dest
 
 
-def start_stack(cwd: Path, config: Path, *extra: str) -> RunningStack:
-    """Run `modelfleet up` in ``cwd`` and wait until it has written ``.modelfleet/local.json``."""
+def edit_yaml(path: Path, edit: Callable[[Any], None]) -> None:
+    """Load the YAML file at ``path``, let ``edit`` change the data in place, write it back."""
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def start_stack(cwd: Path, config: Path, *extra: str, env: dict[str, str] | None = None) -> RunningStack:
+    """Run `modelfleet up` in ``cwd`` and wait until it has written ``.modelfleet/local.json``.
+
+    ``env`` adds environment variables (``MODELFLEET_GATEWAY_*`` reach the gateway)."""
     exe = Path(sys.executable).parent / "modelfleet"
     log = cwd / "up.log"
     port = free_port()
@@ -74,7 +94,7 @@ def start_stack(cwd: Path, config: Path, *extra: str) -> RunningStack:
         popen = subprocess.Popen(
             [str(exe), "up", "--config", str(config), "--port", str(port), *extra],
             cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     facts_path = cwd / ".modelfleet" / "local.json"
     deadline = time.monotonic() + START_TIMEOUT_S

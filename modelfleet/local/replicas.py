@@ -1,4 +1,5 @@
-"""How the local stack starts one simulated replica for a version of the config (pure).
+"""How the local stack starts one simulated replica for a version of the config, and gateway_ext
+(pure: command lines).
 
 The simulated replica takes vLLM's flags (``--host``, ``--port``, ``--served-model-name``) plus
 its engine parameters, which come from the version record: weights and KV bytes from the
@@ -8,6 +9,7 @@ architecture and precision, memory from the GPU type, capacity from the load tes
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from modelfleet.config import Version
@@ -39,8 +41,9 @@ def served_model_names(version: Version) -> list[str]:
 
 
 def replica_argv(version: Version, replica_id: str, host: str, port: int, region: str,
-                 time_scale: float, seed: int) -> list[str]:
-    """The command line of one simulated replica of ``version`` on ``host:port``."""
+                 time_scale: float, seed: int, settle_url: str = "") -> list[str]:
+    """The command line of one simulated replica of ``version`` on ``host:port``, reporting the
+    usage of admitted requests to ``settle_url`` (gateway_ext) if given."""
     return python_module(
         "replica",
         "--host", host,
@@ -52,4 +55,22 @@ def replica_argv(version: Version, replica_id: str, host: str, port: int, region
         "--seed", str(seed),
         "--time-scale", repr(time_scale),
         "--engine-params", json.dumps(engine_params(version)),
+        *(["--settle-url", settle_url] if settle_url else []),
+    )
+
+
+def gateway_argv(config_dir: Path, host: str, port: int, usage_db_url: str, spool: Path, region: str,
+                 redis_url: str | None = None, debug: bool = False) -> list[str]:
+    """The command line of gateway_ext on ``host:port`` for the local stack. Other settings come
+    from ``MODELFLEET_GATEWAY_*`` variables in the environment (``gateway_ext.settings``)."""
+    return python_module(
+        "gateway_ext",
+        "--config", str(config_dir),
+        "--host", host,
+        "--port", str(port),
+        "--usage-db-url", usage_db_url,
+        "--spool", str(spool),
+        "--region", region,
+        *(["--redis-url", redis_url] if redis_url else []),
+        *(["--debug"] if debug else []),
     )

@@ -1,8 +1,11 @@
-"""The local stack: control plane, simulated replicas and a real Envoy on loopback (I/O edge).
+"""The local stack: control plane, gateway_ext, simulated replicas and a real Envoy on loopback
+(I/O edge).
 
-``LocalStack.start`` brings the processes up in dependency order and returns the connection
-facts; ``LocalStack.stop`` stops every child by its PID, Envoy first so no request is cut at a
-replica that is already gone.
+``LocalStack.start`` brings the processes up in dependency order (the gateway before the replicas,
+which settle to it, and before Envoy, which checks every request with it) and returns the
+connection facts; ``LocalStack.stop`` stops every child by its PID: Envoy first so no request is
+cut at a replica that is already gone, then the replicas (their last settles reach the gateway),
+then the gateway (it flushes usage on the way out), then the control plane.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import httpx
 from modelfleet.config import PlatformConfig, Version, load_config
 from modelfleet.local import processes as proc
 from modelfleet.local.plan import ReplicaPlan, replica_plan
-from modelfleet.local.replicas import replica_argv
+from modelfleet.local.replicas import gateway_argv, replica_argv
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
@@ -37,7 +40,12 @@ class StackOptions:
     """Overrides the config's ``local.time_scale`` when set."""
     seed: int = 0
     debug: bool = False
-    """Start the control plane with its debug endpoints (tests inject invalid resources)."""
+    """Start the control plane and the gateway with their debug endpoints (tests inject invalid
+    resources and read buckets)."""
+    usage_db_url: str | None = None
+    """The gateway's usage database (default: ``state_dir/usage.db``, SQLite)."""
+    redis_url: str | None = None
+    """Token buckets in Redis (default: in the gateway's memory)."""
 
 
 @dataclass
@@ -63,13 +71,14 @@ class LocalStack:
         cfg = load_config(opts.config_dir).config
         try:
             cp = self._start_control_plane(opts, say)
-            self._start_replicas(cfg, opts, cp, say)
-            envoy = self._start_envoy(cp, say)
+            gateway = self._start_gateway(cfg, opts, say)
+            self._start_replicas(cfg, opts, cp, gateway, say)
+            envoy = self._start_envoy(cp, gateway, say)
             self._wait_serving(envoy, cfg, say)
         except BaseException:
             self.stop()
             raise
-        self.facts = self._facts(cp, envoy)
+        self.facts = self._facts(cfg, cp, gateway, envoy)
         return self.facts
 
     def _start_control_plane(self, opts: StackOptions, say: Any) -> proc.Child:
@@ -90,7 +99,24 @@ class LocalStack:
         proc.wait_until(proc.http_ok(f"http://{HOST}:{http_port}/health"), READY_TIMEOUT_S, "control plane", cp)
         return cp
 
-    def _start_replicas(self, cfg: PlatformConfig, opts: StackOptions, cp: proc.Child, say: Any) -> None:
+    def _start_gateway(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
+        port = proc.free_port()
+        state = opts.state_dir.resolve()
+        usage_db = self._usage_db_url()
+        argv = gateway_argv(opts.config_dir.resolve(), HOST, port, usage_db, state / "usage-spool.jsonl",
+                            cfg.local.region, redis_url=opts.redis_url, debug=opts.debug)
+        say(f"gateway: ext_authz and settle on {HOST}:{port}, usage in {redact_password(usage_db)}")
+        gateway = proc.spawn("gateway", "gateway", argv, port, self.log_dir)
+        self.children.append(gateway)
+        proc.wait_until(proc.http_ok(f"http://{HOST}:{port}/health"), READY_TIMEOUT_S, "gateway", gateway)
+        return gateway
+
+    def _usage_db_url(self) -> str:
+        """The gateway's usage database: the option, else ``state_dir/usage.db`` (SQLite)."""
+        return self.options.usage_db_url or f"sqlite:///{(self.options.state_dir / 'usage.db').resolve()}"
+
+    def _start_replicas(self, cfg: PlatformConfig, opts: StackOptions, cp: proc.Child, gateway: proc.Child,
+                        say: Any) -> None:
         time_scale = opts.time_scale or cfg.local.time_scale
         started: list[tuple[ReplicaPlan, proc.Child]] = []
         for plan in replica_plan(cfg):
@@ -98,7 +124,7 @@ class LocalStack:
             assert version is not None  # checked by load_config
             port = proc.free_port()
             argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region, time_scale,
-                                opts.seed + plan.index)
+                                opts.seed + plan.index, settle_url=_settle_url(gateway))
             child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target)
             child.extra["replica_id"] = plan.replica_id
             self.children.append(child)
@@ -110,7 +136,7 @@ class LocalStack:
             register_replica(f"http://{HOST}:{cp.port}", plan.replica_id, plan.model, plan.version, HOST,
                              child.port)
 
-    def _start_envoy(self, cp: proc.Child, say: Any) -> proc.Child:
+    def _start_envoy(self, cp: proc.Child, gateway: proc.Child, say: Any) -> proc.Child:
         from envoy_control.bootstrap import render_bootstrap
         from envoy_control.envoy_process import envoy_argv
 
@@ -121,6 +147,7 @@ class LocalStack:
             admin_port=admin_port,
             xds_host=HOST,
             xds_port=int(str(cp.extra["xds_port"])),
+            gateway=(HOST, gateway.port),
         )
         path = self.options.state_dir / "envoy-bootstrap.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +178,8 @@ class LocalStack:
                 time.sleep(0.05)
         say("envoy: serving")
 
-    def _facts(self, cp: proc.Child, envoy: proc.Child) -> dict[str, Any]:
+    def _facts(self, cfg: PlatformConfig, cp: proc.Child, gateway: proc.Child, envoy: proc.Child) -> dict[str, Any]:
+        gateway_url = f"http://{HOST}:{gateway.port}"
         return {
             "base_url": f"http://{HOST}:{self.options.port}/v1",
             "envoy_admin_url": f"http://{HOST}:{envoy.extra['admin_port']}",
@@ -159,6 +187,13 @@ class LocalStack:
                 "http_url": f"http://{HOST}:{cp.port}",
                 "xds_address": f"{HOST}:{cp.extra['xds_port']}",
             },
+            "gateway": {
+                "url": gateway_url,
+                "settle_url": _settle_url(gateway),
+                "metrics_url": f"{gateway_url}/metrics",
+            },
+            "usage_db_url": self._usage_db_url(),
+            "keys": dict(cfg.local.dev_keys),
             "config_dir": str(self.options.config_dir.resolve()),
             "pid": os.getpid(),
             "started_at": time.time(),
@@ -166,8 +201,8 @@ class LocalStack:
         }
 
     def stop(self) -> None:
-        """Stop every child by PID: Envoy first, then replicas, then the control plane."""
-        order = {"envoy": 0, "replica": 1, "control-plane": 2}
+        """Stop every child by PID: Envoy, replicas, the gateway, then the control plane."""
+        order = {"envoy": 0, "replica": 1, "gateway": 2, "control-plane": 3}
         for child in sorted(self.children, key=lambda c: order.get(c.role, 3)):
             proc.stop(child)
 
@@ -181,6 +216,19 @@ def register_replica(cp_url: str, replica_id: str, model: str, version: str, hos
     r = httpx.put(f"{cp_url}/v1/replicas/{replica_id}",
                   json={"model": model, "version": version, "host": host, "port": port}, timeout=5.0)
     r.raise_for_status()
+
+
+def _settle_url(gateway: proc.Child) -> str:
+    from gateway_ext.contract import SETTLE_PATH
+
+    return f"http://{HOST}:{gateway.port}{SETTLE_PATH}"
+
+
+def redact_password(url: str) -> str:
+    """A database ``url`` with its password masked, for printing."""
+    from sqlalchemy import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _envoy_live(admin_port: int) -> Any:

@@ -18,16 +18,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
+from envoy_control.bootstrap import write_bootstrap
 from envoy_control.envoy_process import (
     EnvoyProcess,
+    envoy_argv,
     envoy_binary,
     free_port,
-    start_envoy,
     stop_envoy,
+    wait_live,
 )
 from envoy_control.replicas import Replica
 
@@ -266,13 +268,110 @@ def control_plane(live_dir: Path, upstreams: dict[str, Upstream]) -> Iterator[Co
         assert code == 0, f"control plane exit code {code}: {cp.log_path.read_text()[-2000:]}"
 
 
+def poll(probe: Callable[[], Any], timeout_s: float, interval_s: float = 0.01) -> Any:
+    """Call ``probe`` until it returns something truthy; that value, or TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true after {timeout_s} s")
+        time.sleep(interval_s)
+
+
+LIVE_VERSIONS = {"chat-7b": "chat-7b@v13", "reason-70b": "reason-70b@v1"}
+"""What the stand-in gateway routes each alias to."""
+
+
+Check = tuple[str, str, dict[str, str]]
+"""One ext_authz check the stand-in gateway received: method, path, headers."""
+
+
+class _StubGateway(BaseHTTPRequestHandler):
+    """Stands in for gateway_ext: routes the body's ``model`` (an alias to its live version),
+    refuses on demand (``x-priority: deny`` 429, ``shed`` 503 sent as the 460 marker)."""
+
+    protocol_version = "HTTP/1.1"
+    checks: ClassVar[list[Check]] = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.checks.append((self.command, self.path, dict(self.headers)))
+        headers: dict[str, str] = {}
+        mode = self.headers.get("x-priority", "")
+        if mode in ("deny", "shed"):
+            status = 429 if mode == "deny" else 460
+            out = json.dumps({"error": {"message": mode, "type": "rate_limit_error", "param": None,
+                                        "code": mode}}).encode()
+            headers = {"content-type": "application/json", "retry-after": "7",
+                       "x-ratelimit-remaining-tokens": "0", "x-secret": "not for clients"}
+        else:
+            status, out = 200, b""
+            if self.command == "POST":
+                model = json.loads(body).get("model", "")
+                headers = {"x-route-version": LIVE_VERSIONS.get(model, model),
+                           "x-modelfleet-team": "stub", "x-ratelimit-remaining-tokens": "99"}
+        self.send_response(status)
+        for k, v in {**headers, "content-length": str(len(out))}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def envoy(control_plane: ControlPlaneProcess, live_dir: Path) -> Iterator[EnvoyProcess]:
-    """A real Envoy connected to ``control_plane``, LIVE."""
-    proc = start_envoy(
-        node_id="test-envoy-0", xds_port=control_plane.xds_port, work_dir=live_dir / "envoy"
+def stub_gateway() -> Iterator[int]:
+    """A stand-in gateway on a free port (its port)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubGateway)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def gateway_checks() -> list[Check]:
+    """The checks the stand-in gateway has received so far (the last one last)."""
+    return _StubGateway.checks
+
+
+def _admin_port(path: Path) -> int:
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text.rsplit(":", 1)[1]) if ":" in text else 0
+
+
+@pytest.fixture(scope="module")
+def envoy(
+    control_plane: ControlPlaneProcess, live_dir: Path, stub_gateway: int
+) -> Iterator[EnvoyProcess]:
+    """A real Envoy connected to ``control_plane`` whose bootstrap points ext_authz at the stub
+    gateway, LIVE."""
+    work = live_dir / "envoy"
+    work.mkdir(parents=True, exist_ok=True)
+    config_path = write_bootstrap(
+        work / "bootstrap.json", node_id="test-envoy-0", cluster="modelfleet", admin_port=0,
+        xds_host="127.0.0.1", xds_port=control_plane.xds_port,
+        gateway=("127.0.0.1", stub_gateway),
     )
+    address = work / "admin-address"
+    log_path = work / "envoy.log"
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            envoy_argv(config_path, admin_address_path=address), stdout=log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = EnvoyProcess("test-envoy-0", popen.pid, 0, config_path, log_path, popen)
     try:
+        proc.admin_port = poll(lambda: _admin_port(address), 10)
+        wait_live(proc, 20)
         yield proc
     finally:
         stop_envoy(proc)

@@ -24,7 +24,7 @@ def config_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def plane(config_dir: Path) -> ControlPlane:
-    plane = ControlPlane(config_dir, SnapshotCache(), ListenerSpec("127.0.0.1", 18080))
+    plane = ControlPlane(config_dir, SnapshotCache(), ListenerSpec("127.0.0.1", 18080, gateway=None))
     plane.load()
     return plane
 

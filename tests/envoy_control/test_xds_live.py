@@ -1,7 +1,9 @@
-"""Live: the control-plane process and a real Envoy 1.40 on loopback, stand-in replicas behind it.
+"""Live: the control-plane process and a real Envoy 1.40 on loopback, stand-in replicas behind it,
+and a stand-in gateway answering Envoy's ext_authz checks.
 
-Envoy must ACK the snapshot (its config_dump shows the snapshot's versions), route on the body's
-``model``, apply a change within a second, and keep serving its last good config after a NACK.
+Envoy must ACK the snapshot (its config_dump shows the snapshot's versions), route on the
+gateway's ``x-route-version``, pass the gateway's refusals through, apply a change within a
+second, and keep serving its last good config after a NACK.
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ from envoy_control.snapshot import CLUSTER, new_snapshot
 from modelfleet.config import load_config
 
 if TYPE_CHECKING:
-    from tests.envoy_control.conftest import ControlPlaneProcess, Upstream
+    from tests.envoy_control.conftest import Check, ControlPlaneProcess, Upstream
 
 pytestmark = pytest.mark.live
 
 CHAT = "/v1/chat/completions"
+LIVE_VERSIONS = {"chat-7b": "chat-7b@v13", "reason-70b": "reason-70b@v1"}
+
+
 
 
 def poll(
@@ -107,39 +112,32 @@ def test_envoy_acks_the_snapshot(control_plane: ControlPlaneProcess, envoy: Envo
     assert _hostnames(dump, "chat-7b@v14") == {"chat-7b-v14-0"}
 
 
-def test_routes_on_the_body_model(control_plane: ControlPlaneProcess, envoy: EnvoyProcess) -> None:
+def test_routes_on_the_gateways_route_header(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess, gateway_checks: list[Check]
+) -> None:
     pinned = _chat(control_plane, {"model": "chat-7b@v14", "messages": []})
     assert pinned.status_code == 200
     assert pinned.headers["x-modelfleet-cluster"] == "chat-7b@v14"
     assert pinned.headers["x-modelfleet-replica"] == "chat-7b-v14-0"
     assert pinned.headers["x-modelfleet-upstream"].startswith("127.0.0.1:")
-    assert json.loads(pinned.json()["body"]) == {
-        "model": "chat-7b@v14",
-        "messages": [],
-    }  # body intact
+    assert pinned.headers["x-ratelimit-remaining-tokens"] == "99"  # the gateway's, on success
+    assert json.loads(pinned.json()["body"]) == {"model": "chat-7b@v14", "messages": []}
+    method, path, sent = gateway_checks[-1]
+    assert (method, path) == ("POST", "/authz/v1/chat/completions")
+    assert sent["content-length"] == str(len(json.dumps({"model": "chat-7b@v14", "messages": []})))
 
-    explicit = _chat(
-        control_plane, {"model": "chat-7b@v13"}, {"content-type": "application/json; charset=utf-8"}
-    )
-    assert explicit.headers["x-modelfleet-cluster"] == "chat-7b@v13"
-
-    unknown = _chat(control_plane, {"model": "gpt-9"})
-    assert unknown.status_code == 404 and unknown.headers["content-type"] == "application/json"
-    error = unknown.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["code"] == "model_not_found" and "gpt-9" in error["message"]
-
-    for bad in ("{not json", "[1, 2"):
-        r = _chat(control_plane, bad)
-        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-    missing = _chat(control_plane, {"messages": []})
-    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+    alias = _chat(control_plane, {"model": "chat-7b"})
+    assert alias.headers["x-modelfleet-cluster"] == "chat-7b@v13"
 
     no_replica = _chat(control_plane, {"model": "reason-70b"})
-    assert (
-        no_replica.status_code == 503
-        and no_replica.json()["error"]["code"] == "upstream_unavailable"
-    )
+    assert no_replica.status_code == 503
+    assert no_replica.json()["error"]["code"] == "upstream_unavailable"
+
+    unrouted = _chat(control_plane, {"model": "gpt-9@v1"})  # the gateway named a version
+    assert unrouted.status_code == 404 and unrouted.headers["content-type"] == "application/json"
+    error = unrouted.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == "model_not_found" and "gpt-9@v1" in error["message"]
 
     models = control_plane.http.get(control_plane.api_url + "/v1/models").json()
     assert {m["id"] for m in models["data"]} >= {
@@ -148,27 +146,52 @@ def test_routes_on_the_body_model(control_plane: ControlPlaneProcess, envoy: Env
         "chat-7b@v13",
         "chat-7b@v14",
     }
+    assert gateway_checks[-1][:2] == ("GET", "/authz/v1/models")  # checked too
 
 
-def test_conversations_stick_and_the_canary_splits(
+def test_only_the_gateway_sets_route_and_identity_headers(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess, gateway_checks: list[Check]
+) -> None:
+    forged = {"x-route-version": "chat-7b@v14", "x-modelfleet-team": "someone-else",
+              "x-modelfleet-reservation": "forged", "x-modelfleet-tier": "interactive"}
+    r = _chat(control_plane, {"model": "chat-7b@v13"}, forged)
+    assert r.headers["x-modelfleet-cluster"] == "chat-7b@v13"
+    upstream = json.loads(r.content)
+    assert "forged" not in json.dumps(upstream)
+    assert gateway_checks[-1][2].get("x-modelfleet-team") is None  # stripped before the check
+
+
+def test_gateway_refusals_reach_the_client_with_body_and_retry_after(
     control_plane: ControlPlaneProcess, envoy: EnvoyProcess
 ) -> None:
-    first = {
-        _chat(control_plane, {"model": "chat-7b"}, {"x-conversation-id": f"c-{i}"}).headers[
-            "x-modelfleet-replica"
-        ]
-        for i in range(100)
-    }
-    assert any(r.startswith("chat-7b-v14") for r in first)  # 10 % canary
-    assert len([r for r in first if r.startswith("chat-7b-v13")]) >= 2
+    denied = _chat(control_plane, {"model": "chat-7b"}, {"x-priority": "deny"})
+    assert denied.status_code == 429
+    assert denied.headers["retry-after"] == "7"
+    assert denied.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert "x-secret" not in denied.headers
+    assert denied.headers["content-type"] == "application/json"
+    assert denied.json()["error"]["code"] == "deny"
+
+    shed = _chat(control_plane, {"model": "chat-7b"}, {"x-priority": "shed"})
+    assert shed.status_code == 503  # the 460 marker, mapped back by Envoy
+    assert shed.headers["retry-after"] == "7"
+    assert shed.json()["error"]["code"] == "shed"
+
+    big = _chat(control_plane, json.dumps({"model": "chat-7b", "pad": "x" * (1 << 20)}))
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
+
+def test_conversations_stick_to_one_replica(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess
+) -> None:
     for i in range(5):
         seen = {
             _chat(
-                control_plane, {"model": "chat-7b"}, {"x-conversation-id": f"sticky-{i}"}
+                control_plane, {"model": "chat-7b@v13"}, {"x-conversation-id": f"sticky-{i}"}
             ).headers["x-modelfleet-replica"]
             for _ in range(5)
         }
-        assert len(seen) == 1  # one conversation, one replica (and one version)
+        assert len(seen) == 1  # one conversation, one replica
     spread = Counter(
         _chat(control_plane, {"model": "chat-7b@v13"}).headers["x-modelfleet-replica"]
         for _ in range(30)

@@ -8,17 +8,24 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
+from envoy_control.body_filter import BODY_INVALID, REQUEST_METADATA
+from envoy_control.body_routes import canary_weights
+from envoy_control.bootstrap import render_bootstrap
 from envoy_control.desired import ListenerSpec, build_resources, unroutable_replicas
-from envoy_control.listeners import BODY_INVALID, REQUEST_METADATA
+from envoy_control.ext_authz import GATEWAY_CLUSTER
 from envoy_control.replicas import Replica
-from envoy_control.routes import CONVERSATION_HEADER, UPSTREAM_HEADERS, canary_weights
+from envoy_control.routes import CONVERSATION_HEADER, UPSTREAM_HEADERS
 from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
+from gateway_ext.contract import MAX_BODY_BYTES, SHED_STATUS
+from gateway_ext.contract import UPSTREAM_HEADERS as GATEWAY_HEADERS
 from modelfleet.config import PlatformConfig, Shadow
 
 
@@ -67,21 +74,16 @@ def test_endpoints_pin_hash_key_to_replica_id(
     assert len(assignments["reason-70b@v1"].endpoints) == 0  # declared, no replica yet: empty
 
 
-def test_alias_routes_split_canary_and_explicit_versions_route_direct(
+def test_every_routable_version_matches_its_route_header(
     example_config: PlatformConfig, example_replicas: list[Replica]
 ) -> None:
     routes = _routes(example_config, example_replicas)
-    alias = routes["alias:chat-7b"]
-    weights = {c.name: c.weight.value for c in alias.route.weighted_clusters.clusters}
-    assert weights == {"chat-7b@v13": 9000, "chat-7b@v14": 1000}  # canary 10 %
-    assert alias.route.weighted_clusters.use_hash_policy.value  # a conversation keeps its version
-    (matcher,) = alias.match.dynamic_metadata
-    assert matcher.filter == REQUEST_METADATA and matcher.value.string_match.exact == "chat-7b"
-    assert routes["alias:reason-70b"].route.cluster == "reason-70b@v1"
     for key in ("chat-7b@v13", "chat-7b@v14", "reason-70b@v1"):
         r = routes[f"version:{key}"]
-        assert r.route.cluster == key
-        assert r.match.dynamic_metadata[0].value.string_match.exact == key
+        assert r.route.cluster == key  # one cluster: the gateway already chose the version
+        (header,) = r.match.headers
+        assert (header.name, header.string_match.exact) == ("x-route-version", key)
+    assert not any(name.startswith("alias:") for name in routes)
 
 
 def test_route_actions_suit_long_streams(
@@ -105,24 +107,19 @@ def test_route_actions_suit_long_streams(
     assert added == UPSTREAM_HEADERS
 
 
-def test_error_routes_come_after_model_routes(
+def test_error_routes_come_after_version_routes(
     example_config: PlatformConfig, example_replicas: list[Replica]
 ) -> None:
-    names = list(_routes(example_config, example_replicas))
-    assert names[:2] == ["models-list", "body-not-json"]
-    assert names[-3:] == ["model-missing", "model-unknown", "unknown-url"]
     routes = _routes(example_config, example_replicas)
-    unknown = routes["model-unknown"].direct_response
-    assert unknown.status == 404
-    error = unknown.body_format.json_format["error"]
-    assert (
-        set(error.keys()) == {"message", "type", "param", "code"}
-        and error["code"] == "model_not_found"
-    )
-    assert routes["body-not-json"].direct_response.status == 400
-    assert (
-        routes["body-not-json"].match.dynamic_metadata[0].value.string_match.exact == BODY_INVALID
-    )
+    names = list(routes)
+    assert names[0] == "models-list" and names[-2:] == ["version-unrouted", "unknown-url"]
+    unrouted = routes["version-unrouted"]
+    assert unrouted.match.headers[0].present_match
+    assert unrouted.direct_response.status == 404  # 4xx: the local-reply mappers leave it alone
+    error = unrouted.direct_response.body_format.json_format["error"]
+    assert set(error.keys()) == {"message", "type", "param", "code"}
+    assert error["code"] == "model_not_found"
+    assert routes["unknown-url"].direct_response.status == 404
 
 
 def test_models_list_names_models_and_versions(
@@ -155,11 +152,93 @@ def test_shadow_mirrors_a_fraction(
             )
         }
     )
-    alias = _routes(shadowed, example_replicas)["alias:chat-7b"]
-    assert alias.route.cluster == "chat-7b@v13"
-    (mirror,) = alias.route.request_mirror_policies
+    routes = _routes(shadowed, example_replicas)
+    live = routes["version:chat-7b@v13"]
+    assert live.route.cluster == "chat-7b@v13"
+    (mirror,) = live.route.request_mirror_policies
     assert mirror.cluster == "chat-7b@v14"
     assert mirror.runtime_fraction.default_value.numerator == 10_000  # per million
+    assert not routes["version:chat-7b@v14"].route.request_mirror_policies
+
+
+def _hcm(config: PlatformConfig, spec: ListenerSpec) -> hcm_pb2.HttpConnectionManager:
+    (listener,) = build_resources(config, [], spec)[LISTENER]
+    assert isinstance(listener, listener_pb2.Listener)
+    hcm = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
+    return hcm
+
+
+def test_listener_checks_every_request_with_the_gateway(example_config: PlatformConfig) -> None:
+    (listener,) = build_resources(example_config, [], ListenerSpec("127.0.0.1", 18080))[LISTENER]
+    assert isinstance(listener, listener_pb2.Listener)
+    assert listener.address.socket_address.port_value == 18080
+    hcm = _hcm(example_config, ListenerSpec("127.0.0.1", 18080))
+    assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.header_mutation",
+        "envoy.filters.http.ext_authz",
+        "envoy.filters.http.router",
+    ]
+    strip = header_mutation_pb2.HeaderMutation()
+    hcm.http_filters[0].typed_config.Unpack(strip)
+    removed = strip.mutations.request_mutations
+    assert removed[0].remove == "x-route-version"
+    assert removed[1].remove_on_match.key_matcher.prefix == "x-modelfleet-"
+    authz = ext_authz_pb2.ExtAuthz()
+    hcm.http_filters[1].typed_config.Unpack(authz)
+    assert authz.http_service.server_uri.cluster == GATEWAY_CLUSTER
+    assert authz.http_service.path_prefix == "/authz"
+    assert not authz.failure_mode_allow and authz.clear_route_cache
+    assert authz.status_on_error.code == 503
+    assert authz.with_request_body.max_request_bytes == MAX_BODY_BYTES
+    assert not authz.with_request_body.allow_partial_message
+    assert authz.http_service.server_uri.timeout.seconds > 120  # above the longest queue wait
+    assert {p.exact for p in authz.allowed_headers.patterns} == {
+        "authorization", "x-priority", "x-conversation-id", "content-type", "content-length"}
+    response = authz.http_service.authorization_response
+    assert {p.exact for p in response.allowed_upstream_headers.patterns} == set(GATEWAY_HEADERS)
+    assert {p.exact or p.prefix for p in response.allowed_client_headers.patterns} == {
+        "retry-after", "retry-after-ms", "content-type", "x-ratelimit-"}
+    assert [p.prefix for p in response.allowed_client_headers_on_success.patterns] == [
+        "x-ratelimit-"]
+    assert hcm.rds.route_config_name == "modelfleet-api"
+    assert hcm.request_timeout.seconds == 0 and hcm.stream_idle_timeout.seconds >= 60
+
+
+def test_the_gateway_503_marker_is_mapped_back_to_503(example_config: PlatformConfig) -> None:
+    first = _hcm(example_config, ListenerSpec()).local_reply_config.mappers[0]
+    (status, flag) = first.filter.and_filter.filters
+    assert status.status_code_filter.comparison.value.default_value == SHED_STATUS
+    assert list(flag.response_flag_filter.flags) == ["UAEX"]  # only ext_authz denials
+    assert first.status_code.value == 503 and not first.HasField("body_format_override")
+
+
+def test_without_gateway_envoy_routes_on_the_body_and_splits_the_canary(
+    example_config: PlatformConfig, example_replicas: list[Replica]
+) -> None:
+    spec = ListenerSpec(gateway=None)
+    hcm = _hcm(example_config, spec)
+    assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.json_to_metadata",
+        "envoy.filters.http.router",
+    ]
+    j2m = json_to_metadata_pb2.JsonToMetadata()
+    hcm.http_filters[0].typed_config.Unpack(j2m)
+    (rule,) = j2m.request_rules.rules
+    assert [s.key for s in rule.selectors] == ["model"]
+    assert rule.on_present.metadata_namespace == REQUEST_METADATA
+    (rc,) = build_resources(example_config, example_replicas, spec)[ROUTE]
+    assert isinstance(rc, route_pb2.RouteConfiguration)
+    routes = {r.name: r for r in rc.virtual_hosts[0].routes}
+    alias = routes["alias:chat-7b"]
+    weights = {c.name: c.weight.value for c in alias.route.weighted_clusters.clusters}
+    assert weights == {"chat-7b@v13": 9000, "chat-7b@v14": 1000}  # canary 10 %
+    assert alias.route.weighted_clusters.use_hash_policy.value  # a conversation keeps its version
+    assert alias.match.dynamic_metadata[0].value.string_match.exact == "chat-7b"
+    assert list(routes)[:2] == ["models-list", "body-not-json"]
+    assert list(routes)[-3:] == ["model-missing", "model-unknown", "unknown-url"]
+    assert routes["body-not-json"].match.dynamic_metadata[0].value.string_match.exact == (
+        BODY_INVALID)
 
 
 def test_canary_weights_edges() -> None:
@@ -170,23 +249,19 @@ def test_canary_weights_edges() -> None:
     assert canary_weights("a", "b", 100) == [("b", 10_000)]
 
 
-def test_listener_parses_body_model_before_routing(example_config: PlatformConfig) -> None:
-    (listener,) = build_resources(example_config, [], ListenerSpec("127.0.0.1", 18080))[LISTENER]
-    assert isinstance(listener, listener_pb2.Listener)
-    assert listener.address.socket_address.port_value == 18080
-    hcm = hcm_pb2.HttpConnectionManager()
-    listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
-    assert [f.name for f in hcm.http_filters] == [
-        "envoy.filters.http.json_to_metadata",
-        "envoy.filters.http.router",
-    ]
-    j2m = json_to_metadata_pb2.JsonToMetadata()
-    hcm.http_filters[0].typed_config.Unpack(j2m)
-    (rule,) = j2m.request_rules.rules
-    assert [s.key for s in rule.selectors] == ["model"]
-    assert rule.on_present.metadata_namespace == REQUEST_METADATA
-    assert hcm.rds.route_config_name == "modelfleet-api"
-    assert hcm.request_timeout.seconds == 0 and hcm.stream_idle_timeout.seconds >= 60
+def test_the_bootstrap_holds_the_gateway_cluster() -> None:
+    boot = render_bootstrap(node_id="n", cluster="c", admin_port=0, xds_host="127.0.0.1",
+                            xds_port=1, gateway=("gateway-ext.modelfleet.svc", 8090))
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    gateway = clusters[GATEWAY_CLUSTER]
+    assert gateway["type"] == "STRICT_DNS"
+    assert gateway["circuit_breakers"]["thresholds"][0]["max_requests"] >= 10_000
+    address = gateway["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert address["socket_address"] == {"address": "gateway-ext.modelfleet.svc",
+                                         "port_value": 8090}
+    assert GATEWAY_CLUSTER not in {c["name"] for c in render_bootstrap(
+        node_id="n", cluster="c", admin_port=0, xds_host="127.0.0.1", xds_port=1,
+    )["static_resources"]["clusters"]}
 
 
 def test_replicas_of_undeclared_versions_are_left_out(example_config: PlatformConfig) -> None:

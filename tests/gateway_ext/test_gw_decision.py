@@ -67,7 +67,7 @@ def test_an_admitted_request_carries_its_route_and_limits(
         "x-ratelimit-limit-tokens": "6000000", "x-ratelimit-remaining-tokens": str(6_000_000 - 107),
         "x-ratelimit-reset-tokens": "2ms", "x-route-version": "chat-7b@v13",
         "x-modelfleet-team": "search", "x-modelfleet-tier": "interactive",
-        "x-modelfleet-reservation-id": "req-1"}
+        "x-modelfleet-reservation": "req-1"}
     explicit = core.decide(auth(dev_keys["search"]), body(model="chat-7b@v14"), NOW, "req-2")
     assert isinstance(explicit, Admitted) and explicit.pool == "chat-7b@v14"
 

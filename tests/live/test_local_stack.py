@@ -1,4 +1,5 @@
-"""The local stack end to end: the official openai client through a real Envoy to the replicas."""
+"""The local stack end to end: the official openai client through a real Envoy (every request
+checked by gateway_ext with a dev key) to the replicas."""
 
 from __future__ import annotations
 
@@ -22,14 +23,18 @@ CLUSTER_HEADER = "x-modelfleet-cluster"
 
 
 def client(stack: RunningStack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=stack.base_url, api_key="local-dev", max_retries=0, timeout=30.0)
+    return openai.OpenAI(base_url=stack.base_url, api_key=stack.key("search"), max_retries=0,
+                         timeout=30.0)
 
 
 def test_facts_file_names_every_process(stack: RunningStack) -> None:
     facts = stack.facts
     assert facts["base_url"].endswith("/v1")
     roles = Counter(p["role"] for p in facts["processes"])
-    assert roles == {"control-plane": 1, "envoy": 1, "replica": 5}
+    assert roles == {"control-plane": 1, "gateway": 1, "envoy": 1, "replica": 5}
+    assert set(facts["keys"]) == {"search", "support", "research"}
+    assert facts["gateway"]["url"].startswith("http://127.0.0.1:")
+    assert facts["usage_db_url"].endswith(".modelfleet/usage.db")  # what `modelfleet usage` reads
     targets = Counter(p.get("model_version") for p in facts["processes"] if p["role"] == "replica")
     assert targets == {"chat-7b@v13": 3, "chat-7b@v14": 1, "reason-70b@v1": 1}
     assert all(p["pid"] > 0 and p["port"] > 0 for p in facts["processes"])
@@ -58,7 +63,9 @@ def test_stream_a_chat_through_envoy_with_the_openai_client(stack: RunningStack)
 def test_raw_stream_ends_with_done(stack: RunningStack) -> None:
     body = {"model": "chat-7b", "stream": True, "max_tokens": 8,
             "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.stream("POST", f"{stack.base_url}/chat/completions", json=body, timeout=30.0) as r:
+    headers = {"authorization": f"Bearer {stack.key('search')}"}
+    with httpx.stream("POST", f"{stack.base_url}/chat/completions", json=body, headers=headers,
+                      timeout=30.0) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         events = [line for line in r.iter_lines() if line.startswith("data: ")]
@@ -111,12 +118,14 @@ def test_status_shows_processes_and_envoys_view(stack: RunningStack) -> None:
     assert {h["health"] for h in clusters["chat-7b@v13"]} == {"HEALTHY"}
     text = subprocess.run([str(exe), "status"], cwd=stack.cwd, capture_output=True, text=True, check=True).stdout
     assert "chat-7b@v13-0" in text and "v14 10%" in text
+    assert any(p["role"] == "gateway" and p["alive"] for p in report["processes"])
+    assert report["gateway"]["status"] == "ok" and "GATEWAY http://127.0.0.1:" in text
 
 
 def test_sigterm_stops_every_child(tmp_path: Path) -> None:
     config = write_config(tmp_path / "config", replicas={"chat-7b@v13": 1, "chat-7b@v14": 1, "reason-70b@v1": 1},
                           time_scale=20.0)
     running = start_stack(tmp_path, config)
-    assert len(running.child_pids()) == 5
+    assert len(running.child_pids()) == 6  # control plane, gateway, 3 replicas, Envoy
     assert running.stop(signal.SIGTERM) == 0
     assert_all_stopped(running)

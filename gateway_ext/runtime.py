@@ -1,0 +1,111 @@
+"""Everything the service runs on, built from :class:`~gateway_ext.settings.Settings` in named
+steps: config -> bucket store -> pools -> core -> gate, plus the usage flusher and the metrics
+registry. Nothing global: the app factory (:func:`gateway_ext.service.create_app`) receives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from prometheus_client import CollectorRegistry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway_ext.bucket_store import BucketStore, MemoryBucketStore
+from gateway_ext.decision import GatewayCore
+from gateway_ext.fallback_store import FallbackBucketStore
+from gateway_ext.gate import Gate
+from gateway_ext.metering import UsageMeter, UsageRow
+from gateway_ext.metrics import GatewayMetrics, make_metrics
+from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
+from gateway_ext.redis_buckets import RedisBucketStore
+from gateway_ext.retry_budget import RetryBudget
+from gateway_ext.settings import Settings
+from gateway_ext.usage_spool import FlushResult, UsageFlusher, UsageSpool
+from gateway_ext.usage_store import UsageStore
+from gateway_ext.versions import version_chooser
+from modelfleet.config import PlatformConfig, load_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """The gate, the usage flusher and the metrics registry of one gateway process."""
+
+    settings: Settings
+    config: PlatformConfig
+    gate: Gate
+    flusher: UsageFlusher
+    usage_store: UsageStore
+    registry: CollectorRegistry
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    tables_ready: bool = False
+
+    async def flush(self) -> FlushResult:
+        """Drain the meter (on the loop), then spool and write it from a worker thread."""
+        rows = self.gate.core.meter.drain()
+        return await asyncio.to_thread(self._write, time.time(), rows)
+
+    def _write(self, now: float, rows: list[UsageRow]) -> FlushResult:
+        if not self.tables_ready:
+            try:
+                self.usage_store.create_tables()
+                self.tables_ready = True
+            except (SQLAlchemyError, OSError) as exc:
+                log.warning("usage database unreachable, rows stay spooled: %s",
+                            exc.__class__.__name__)
+        return self.flusher.flush(now, rows)
+
+    def close(self) -> None:
+        """Close the database pool and the Redis client."""
+        for close in self.closers:
+            close()
+        self.usage_store.dispose()
+
+
+def make_store(settings: Settings,
+               metrics: GatewayMetrics) -> tuple[BucketStore, list[Callable[[], None]]]:
+    """Memory buckets, or Redis buckets that fail open to memory (see
+    :mod:`gateway_ext.fallback_store`); returns the store and what closes it."""
+    if settings.redis_url is None:
+        return MemoryBucketStore(), []
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s, retry=Retry(NoBackoff(), 0))
+    primary = RedisBucketStore(client, prefix=settings.redis_prefix)
+    store = FallbackBucketStore(
+        primary, (redis.RedisError, OSError), time.monotonic, settings.redis_retry_s,
+        on_fallback=lambda op: metrics.store_fallbacks.labels(op=op).inc())
+    return store, [client.close]
+
+
+def build_runtime(settings: Settings, config: PlatformConfig | None = None,
+                  clock: Callable[[], float] = time.time) -> Runtime:
+    """The runtime for ``settings`` (``config`` defaults to ``settings.config_dir``, read now;
+    raises :class:`~modelfleet.config.ConfigError`). ``clock`` is wall-clock seconds."""
+    config = config if config is not None else load_config(settings.config_dir).config
+    rng = random.Random(settings.seed)
+    registry = CollectorRegistry()
+    metrics = make_metrics(registry)
+    store, closers = make_store(settings, metrics)
+    replicas = replicas_per_version(config, settings.replicas)
+    pools = make_pools(config, pool_capacities(config, replicas), settings.max_queue,
+                       settings.queue_timeouts_s)
+    meter = UsageMeter(settings.region or config.local.region)
+    core = GatewayCore(config, store, pools, RetryBudget(rng), meter,
+                       choose_version=version_chooser(config, rng),
+                       max_body_bytes=settings.max_body_bytes)
+    gate = Gate(core, metrics, clock)
+    for key in pools:
+        metrics.observe_pool(key, pools[key].view())
+    usage_store = UsageStore(settings.usage_db_url, settings.usage_table_prefix)
+    flusher = UsageFlusher(meter, usage_store, UsageSpool(settings.spool))
+    return Runtime(settings, config, gate, flusher, usage_store, registry, closers)

@@ -1,0 +1,84 @@
+"""gateway_ext's settings: one :class:`Settings`, read from ``MODELFLEET_GATEWAY_*`` environment
+variables, then overridden by command-line flags (``python -m gateway_ext``).
+
+Each field ``name`` is read from ``MODELFLEET_GATEWAY_<NAME>`` (``MODELFLEET_GATEWAY_REDIS_URL``);
+mappings are JSON (``MODELFLEET_GATEWAY_REPLICAS='{"chat-7b@v13": 3}'``). This follows
+pydantic-settings' ``BaseSettings`` with ``env_prefix``; that package is not installed in this
+environment, so :meth:`Settings.from_env` does the (small) part of its work this service needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway_ext.contract import MAX_BODY_BYTES
+from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL
+from modelfleet.config.schema import Tier
+
+ENV_PREFIX = "MODELFLEET_GATEWAY_"
+
+
+class Settings(BaseModel):
+    """Everything the service needs; units in the names (seconds, bytes, tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config_dir: Path = Path("config")
+    """The declared platform config (teams, keys, limits, models)."""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+    region: str | None = None
+    """Region written on usage rows (default: the config's ``local.region``)."""
+    redis_url: str | None = None
+    """Token buckets in Redis (shared by every gateway process); None: in this process."""
+    redis_prefix: str = "mf"
+    redis_timeout_s: float = Field(default=0.1, gt=0)
+    """Connect and read timeout of one Redis call, in seconds."""
+    redis_retry_s: float = Field(default=1.0, gt=0)
+    """After a Redis failure, per-process buckets for this many seconds before trying again."""
+    usage_db_url: str = DEFAULT_URL
+    usage_table_prefix: str = DEFAULT_TABLE_PREFIX
+    spool: Path = Path("usage-spool.jsonl")
+    """Usage batches not yet in the database (JSONL)."""
+    flush_interval_s: float = Field(default=5.0, gt=0)
+    replicas: dict[str, int] = Field(default_factory=dict)
+    """Serving replicas per ``model@version`` (default: the config's ``local.replicas``)."""
+    max_queue: int = Field(default=256, ge=0)
+    """Queued requests per pool before the lowest tier is shed."""
+    queue_timeout_interactive_s: float = Field(default=60.0, gt=0)
+    queue_timeout_standard_s: float = Field(default=20.0, gt=0)
+    queue_timeout_batch_s: float = Field(default=120.0, gt=0)
+    """Longest queue waits; all must stay below Envoy's ext_authz timeout (150 s)."""
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0)
+    seed: int | None = None
+    """Seed of Retry-After jitter and the canary draw (None: from the OS)."""
+    debug: bool = False
+    """Serve ``/v1/debug/*`` (bucket and pool state) on the gateway's own port."""
+    log_level: str = "info"
+
+    @property
+    def queue_timeouts_s(self) -> dict[Tier, float | None]:
+        """Queue timeout per tier, in seconds."""
+        return {"interactive": self.queue_timeout_interactive_s,
+                "standard": self.queue_timeout_standard_s, "batch": self.queue_timeout_batch_s}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``environ`` (default: ``os.environ``) with ``overrides`` (flags given
+        on the command line; None values are ignored) taking precedence."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None:
+                continue
+            structured = getattr(field.annotation, "__origin__", None) in (dict, list)
+            values[name] = json.loads(raw) if structured else raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
