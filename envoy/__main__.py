@@ -2,11 +2,17 @@
 
     python -m envoy_control --config DIR --xds-port P --http-port Q --listener-port L \\
         [--host 127.0.0.1] [--listener-host H] [--state-file PATH] [--debug] [--log-level info]
+        [--admin-token-file F] [--registry-url URL] [--prometheus-url URL] [--rollout-hold S]
 
 Stops cleanly on SIGTERM or SIGINT: HTTP first, then the ADS streams (Envoys keep serving the last
 configuration they received). With ``--state-file`` the router state is kept in that file
 (rewritten atomically when it changes, at most 4 times a second) for gateways that start while
 the control plane is down, and read back at start: its replicas are routable again at once.
+
+The admin API needs the admin token (``--admin-token-file``, else ``MODELFLEET_ADMIN_TOKEN``).
+The registry is ``--registry-url`` (default: ``registry.db`` beside ``--state-file``, else an
+in-memory SQLite); it is seeded from the config at start. With ``--prometheus-url`` the rollout
+controller runs (guard metrics from that Prometheus).
 """
 
 from __future__ import annotations
@@ -20,14 +26,22 @@ import sys
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
+import httpx
 import uvicorn
 from envoy_control.cache import SnapshotCache
+from envoy_control.deps import TOKEN_ENV, read_admin_token
 from envoy_control.desired import ListenerSpec
+from envoy_control.guard import GuardThresholds
 from envoy_control.http_api import create_app
 from envoy_control.plane import ControlPlane
+from envoy_control.prom import PromGuardReader
 from envoy_control.publish import RouterPublisher
+from envoy_control.registry import Registry
+from envoy_control.rollout import RolloutPolicy, default_stages
+from envoy_control.rollout_driver import RolloutDriver
 from envoy_control.router_state import RouterState, RouterStateError, load_router_state
 from envoy_control.server import start_ads_server
+from sqlalchemy.exc import SQLAlchemyError
 
 from modelfleet.config import ConfigError
 
@@ -76,7 +90,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--debug", action="store_true", help="enable /v1/debug/* (inject invalid resources)"
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help=f"file whose first line is the admin token (default: ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--registry-url",
+        default=None,
+        help="SQLAlchemy URL of the registry (default: registry.db beside --state-file, "
+        "else in memory)",
+    )
+    p.add_argument("--registry-table-prefix", default="mf_", help="registry table name prefix")
+    p.add_argument(
+        "--prometheus-url", default=None, help="Prometheus with the replicas' metrics: "
+        "enables the rollout controller"
+    )
+    p.add_argument("--rollout-interval", type=float, default=5.0, help="controller tick, seconds")
+    p.add_argument("--rollout-hold", type=float, default=1800.0, help="stage hold, seconds")
+    p.add_argument("--guard-window", type=float, default=300.0, help="guard window, seconds")
+    p.add_argument(
+        "--guard-min-requests", type=int, default=200, help="finished requests per side to judge"
+    )
     return p.parse_args(argv)
+
+
+def registry_url(opts: argparse.Namespace) -> str:
+    """``--registry-url``, else a SQLite file beside ``--state-file``, else in-memory SQLite."""
+    if opts.registry_url:
+        return str(opts.registry_url)
+    if opts.state_file is not None:
+        return f"sqlite:///{Path(opts.state_file).resolve().parent / 'registry.db'}"
+    return "sqlite://"
 
 
 async def run(opts: argparse.Namespace) -> int:
@@ -87,12 +133,34 @@ async def run(opts: argparse.Namespace) -> int:
     )
     saved = _saved_state(opts.state_file)
     router = RouterPublisher(first_version=saved.state_version + 1 if saved else 1)
-    plane = ControlPlane(opts.config, cache, listener, region=opts.region, router=router)
+    try:
+        token = read_admin_token(opts.admin_token_file)
+        registry = Registry(registry_url(opts), opts.registry_table_prefix)
+        registry.create_tables()
+    except (OSError, ValueError, SQLAlchemyError) as exc:
+        print(f"envoy_control: {exc}", file=sys.stderr)
+        return 2
+    if token is None:
+        log.warning("no admin token (--admin-token-file or %s): admin changes are refused", TOKEN_ENV)
+    plane = ControlPlane(
+        opts.config, cache, listener, region=opts.region, router=router, store=registry
+    )
     try:
         first = plane.load()
     except ConfigError as exc:
         print(f"envoy_control: {exc}", file=sys.stderr)
         return 2
+    prom_client = httpx.AsyncClient() if opts.prometheus_url else None
+    controller = RolloutDriver(
+        plane,
+        PromGuardReader(prom_client, opts.prometheus_url) if prom_client else None,
+        RolloutPolicy(
+            stages=default_stages(opts.rollout_hold),
+            window_s=opts.guard_window,
+            thresholds=GuardThresholds(min_requests=opts.guard_min_requests),
+        ),
+        registry,
+    )
     log.info("config %s loaded: snapshot %s", opts.config, first.snapshot.version)
     if saved is not None:
         try:
@@ -106,7 +174,9 @@ async def run(opts: argparse.Namespace) -> int:
     ads, xds_port = await start_ads_server(cache, opts.host, opts.xds_port)
     http = _Server(
         uvicorn.Config(
-            create_app(plane, debug=opts.debug),
+            create_app(
+                plane, debug=opts.debug, admin_token=token, registry=registry, controller=controller
+            ),
             host=opts.host,
             port=opts.http_port,
             log_level="warning",
@@ -121,6 +191,7 @@ async def run(opts: argparse.Namespace) -> int:
     http_task = asyncio.create_task(http.serve())
     watch_task = asyncio.create_task(plane.watch_config(opts.watch_interval))
     beats_task = asyncio.create_task(plane.watch_beats(0.25, opts.state_file))
+    rollout_task = asyncio.create_task(controller.run(opts.rollout_interval))
     stop_task = asyncio.create_task(stop.wait())
     log.info(
         "control plane up: xDS %s:%d, HTTP %s:%d, listener %s:%d%s",
@@ -139,6 +210,7 @@ async def run(opts: argparse.Namespace) -> int:
         http.should_exit = True
         watch_task.cancel()
         beats_task.cancel()
+        rollout_task.cancel()
         stop_task.cancel()
         await ads.stop(1.0)
         with contextlib.suppress(asyncio.CancelledError):
@@ -147,6 +219,11 @@ async def run(opts: argparse.Namespace) -> int:
             await watch_task
         with contextlib.suppress(asyncio.CancelledError):
             await beats_task
+        with contextlib.suppress(asyncio.CancelledError):
+            await rollout_task
+        if prom_client is not None:
+            await prom_client.aclose()
+        registry.dispose()
         if opts.state_file is not None:
             with contextlib.suppress(OSError):
                 await plane.router.save(opts.state_file)

@@ -1,11 +1,36 @@
-"""FastAPI dependencies of the control plane's HTTP API, as ``Annotated`` aliases."""
+"""FastAPI dependencies of the control plane's HTTP API, as ``Annotated`` aliases, and the
+admin credential they check.
+
+The admin credential is one bearer token, distinct from every team key: from
+``--admin-token-file`` (first line) or the environment variable ``MODELFLEET_ADMIN_TOKEN``.
+Every ``/admin/...`` endpoint depends on :func:`admin_access`:
+
+| request | answer |
+|---|---|
+| ``Authorization: Bearer <admin token>`` | in (compared in constant time) |
+| no ``Authorization`` header, or not ``Bearer`` | 401, ``WWW-Authenticate: Bearer`` |
+| a team key (its hash is one of the config's ``key_hashes``) | 403: team keys never reach the admin API |
+| any other token | 401 |
+| no credential configured on the control plane | reads (GET) open as before; changes 403 |
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hmac
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from modelfleet.config.keyhash import hash_key
+
+TOKEN_ENV = "MODELFLEET_ADMIN_TOKEN"
+MIN_TOKEN_CHARS = 16
+"""Shortest admin token accepted (a guessable token would make the admin API public)."""
 
 
 @dataclass(frozen=True)
@@ -15,14 +40,68 @@ class AdminPrincipal:
     name: str
 
 
-async def admin_access() -> AdminPrincipal:
-    """The hook every ``/admin/...`` endpoint depends on: for now it lets everyone in.
+@dataclass(frozen=True)
+class AdminCredential:
+    """The admin token (None: none configured) and the team key hashes to refuse."""
 
-    The admin credential arrives in a later issue: check it here and raise
-    ``HTTPException(401)``/``(403)``; nothing else changes. Tests can swap it with
-    ``app.dependency_overrides[admin_access]``.
+    token: str | None
+    team_key_hashes: Callable[[], frozenset[str]] = field(default=lambda: frozenset())
+
+    def __post_init__(self) -> None:
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            raise ValueError(f"the admin token must have at least {MIN_TOKEN_CHARS} characters")
+
+    def matches(self, presented: str) -> bool:
+        """True when ``presented`` is the admin token (constant-time comparison)."""
+        return self.token is not None and hmac.compare_digest(
+            presented.encode(), self.token.encode()
+        )
+
+
+def read_admin_token(token_file: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The admin token: the first line of ``token_file``, else ``MODELFLEET_ADMIN_TOKEN``,
+    else None. Raises OSError if the file cannot be read, ValueError if it is empty."""
+    if token_file is not None:
+        lines = token_file.read_text(encoding="utf-8").splitlines()
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise ValueError(f"{token_file}: empty admin token file")
+        return token
+    env = os.environ if environ is None else environ
+    return env.get(TOKEN_ENV) or None
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="AdminToken",
+    description="The control plane's admin token (not a team key): "
+    "`--admin-token-file` or `MODELFLEET_ADMIN_TOKEN`.",
+)
+
+
+async def admin_access(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> AdminPrincipal:
+    """The check every ``/admin/...`` endpoint depends on (table in the module docstring).
+
+    The credential is ``request.app.state.admin_credential`` (set by the app factory). Tests
+    can swap the whole check with ``app.dependency_overrides[admin_access]``.
     """
-    return AdminPrincipal("anonymous")
+    credential: AdminCredential | None = getattr(request.app.state, "admin_credential", None)
+    if credential is None or credential.token is None:
+        if request.method in ("GET", "HEAD"):
+            return AdminPrincipal("anonymous")
+        raise HTTPException(403, "admin changes are disabled: this control plane has no admin "
+                                 f"credential (start it with --admin-token-file or {TOKEN_ENV})")
+    if bearer is None:
+        raise HTTPException(401, "admin credential required: Authorization: Bearer <admin token>",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if credential.matches(bearer.credentials):
+        return AdminPrincipal("admin")
+    if hash_key(bearer.credentials) in credential.team_key_hashes():
+        raise HTTPException(403, "a team key cannot use the admin API; use the admin token")
+    raise HTTPException(401, "invalid admin credential", headers={"WWW-Authenticate": "Bearer"})
 
 
 Admin = Annotated[AdminPrincipal, Depends(admin_access)]

@@ -12,17 +12,23 @@
 | POST | /v1/debug/invalid-resource | ``{type?, resource?}`` | only with ``--debug`` |
 | DELETE | /v1/debug/invalid-resource | | only with ``--debug`` |
 
-Heartbeats, pool state and router state: :mod:`envoy_control.state_api`.
+Heartbeats, pool state and router state: :mod:`envoy_control.state_api`; the admin API
+(registry, rollouts, aliases, limits, desired state): :mod:`envoy_control.admin_api`, behind the
+admin credential of :mod:`envoy_control.deps`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
+from envoy_control.admin_api import add_admin_routes
 from envoy_control.clusters import seconds
 from envoy_control.consistency import InconsistentSnapshot
+from envoy_control.deps import AdminCredential
 from envoy_control.plane import ControlPlane, Published
+from envoy_control.registry import Registry
 from envoy_control.replicas import Replica
+from envoy_control.rollout_driver import RolloutDriver
 from envoy_control.snapshot import MESSAGE_TYPES, PUSH_ORDER, SHORT_NAMES, Snapshot
 from envoy_control.state_api import add_state_routes
 from fastapi import Body, FastAPI, HTTPException
@@ -89,9 +95,31 @@ def _replica_dict(r: Replica, why_not: str | None) -> dict[str, Any]:
     }
 
 
-def create_app(plane: ControlPlane, *, debug: bool = False) -> FastAPI:
-    """The HTTP API over ``plane``; ``debug`` adds the invalid-resource injection endpoints."""
-    app = FastAPI(title="modelfleet control plane", version="1")
+def create_app(
+    plane: ControlPlane,
+    *,
+    debug: bool = False,
+    admin_token: str | None = None,
+    registry: Registry | None = None,
+    controller: RolloutDriver | None = None,
+) -> FastAPI:
+    """The HTTP API over ``plane``; ``debug`` adds the invalid-resource injection endpoints.
+
+    ``admin_token`` guards ``/admin/...`` (None: admin reads open, admin changes refused; see
+    :mod:`envoy_control.deps`); ``registry`` keeps versions and rollout decisions;
+    ``controller`` runs automatic rollouts.
+    """
+    app = FastAPI(
+        title="modelfleet control plane",
+        version="1",
+        description="xDS control plane of modelfleet: replicas and heartbeats, router state for "
+        "gateways, and the admin API (versions, rollouts, aliases, team limits). Admin "
+        "endpoints need the admin token as `Authorization: Bearer`; team keys are refused.",
+    )
+    app.state.admin_credential = AdminCredential(
+        admin_token,
+        lambda: frozenset(h for t in plane.config.teams for h in t.key_hashes),
+    )
 
     @app.exception_handler(InconsistentSnapshot)
     async def inconsistent(_request: Any, exc: InconsistentSnapshot) -> JSONResponse:
@@ -162,6 +190,7 @@ def create_app(plane: ControlPlane, *, debug: bool = False) -> FastAPI:
         }
 
     add_state_routes(app, plane)
+    add_admin_routes(app, plane, registry, controller)
     if debug:
         _add_debug_routes(app, plane)
     return app

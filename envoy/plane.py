@@ -6,6 +6,13 @@ every connected Envoy. A change that leaves every resource as it was publishes n
 whose snapshot fails the consistency check is rolled back; an invalid config is refused; in both
 cases the previous snapshot keeps serving.
 
+The desired state is the config directory plus an override layer of admin and controller
+changes (:mod:`envoy_control.desired_state`): :meth:`ControlPlane.change` proposes overrides,
+cross-checked like the config itself; a reload keeps the overrides the new config neither
+acknowledges nor changes. With a ``store`` (the registry) the served state is mirrored there
+after every change, the overrides are resumed at start, and a config that would change a
+registered version is refused.
+
 Heartbeats (:meth:`ControlPlane.heartbeat`) register replicas and carry their load; only the
 routable replicas (:mod:`envoy_control.pool_state`) go into EDS. A timer task
 (:meth:`ControlPlane.watch_beats`) re-evaluates the missed-beat rule every ~250 ms and publishes
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +31,8 @@ from envoy_control.beat_book import BeatBook
 from envoy_control.beats import BeatRules, Heartbeat
 from envoy_control.cache import SnapshotCache
 from envoy_control.desired import ListenerSpec, build_resources, served_version_keys
+from envoy_control.desired_state import Desired, DesiredStore
+from envoy_control.overrides import Override
 from envoy_control.pool_state import PoolState
 from envoy_control.publish import RouterPublisher, build_router_state
 from envoy_control.replicas import Replica
@@ -32,7 +41,7 @@ from envoy_control.snapshot import Snapshot, new_snapshot, same_resources
 from envoy_control.watch import ConfigSignature, config_signature, watch_beats, watch_config
 from google.protobuf.message import Message
 
-from modelfleet.config import PlatformConfig, Problem, load_config
+from modelfleet.config import ConfigError, PlatformConfig, Problem, load_config
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +75,12 @@ class ControlPlane:
         rules: BeatRules | None = None,
         router: RouterPublisher | None = None,
         clock: Callable[[], float] = time.monotonic,
+        store: DesiredStore | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config_dir = config_dir
+        self.store = store
+        self.wall_clock = wall_clock
         self.cache = cache
         self.listener = listener
         self.region = region
@@ -79,11 +92,19 @@ class ControlPlane:
         self.signature: ConfigSignature = ()
         """The config files as last read (see :func:`envoy_control.watch.config_signature`)."""
         self._routable: frozenset[str] = frozenset()
+        self._desired: Desired | None = None
 
     @property
     def config(self) -> PlatformConfig:
-        """The config being served."""
+        """The config being served: the config directory with the overrides in effect."""
         return self._require().config
+
+    @property
+    def desired(self) -> Desired:
+        """The config directory, the overrides held over it, and the served result."""
+        if self._desired is None:
+            raise RuntimeError("control plane not loaded: call load() first")
+        return self._desired
 
     @property
     def replicas(self) -> Mapping[str, Replica]:
@@ -99,22 +120,43 @@ class ControlPlane:
         return snapshot
 
     def load(self) -> Published:
-        """Read the config directory and publish the first snapshot. Raises ConfigError."""
-        self.signature = config_signature(self.config_dir)
-        result = load_config(self.config_dir)
-        self.warnings = result.warnings
-        return self._change(lambda s: s, _State(result.config, {}, {}))
+        """Read the config directory, resume the store's overrides and publish the first
+        snapshot. Raises ConfigError."""
+        saved = self.store.saved_overrides() if self.store is not None else []
+        desired = self._read_config(Desired.of(PlatformConfig(), saved))
+        return self._commit(desired, "config", lambda s: s, _State(desired.served, {}, {}))
 
     def reload(self) -> Published:
         """Re-read the config directory; raises ConfigError (previous config keeps serving)."""
+        desired = self._read_config(self.desired)
+        return self._commit(
+            desired, "config", lambda s: _State(desired.served, s.replicas, s.injected)
+        )
+
+    def _read_config(self, current: Desired) -> Desired:
         self.signature = config_signature(self.config_dir)
         result = load_config(self.config_dir)
+        if self.store is not None and (conflicts := self.store.conflicts(result.config, result.origins)):
+            raise ConfigError(conflicts)
         self.warnings = result.warnings
+        return current.rebased(result.config)[0]
 
-        def apply(s: _State) -> _State:
-            return _State(result.config, s.replicas, s.injected)
+    def change(self, changes: Sequence[Override], by: str) -> Published:
+        """Put ``changes`` over the config directory (``by``: who asks). Raises ConfigError
+        when the result fails a cross-check; the store's errors propagate (nothing changes)."""
+        desired = self.desired.propose(changes)
+        return self._commit(
+            desired, by, lambda s: _State(desired.served, s.replicas, s.injected)
+        )
 
-        return self._change(apply)
+    def _commit(
+        self, desired: Desired, by: str, apply: Callable[[_State], _State], initial: _State | None = None
+    ) -> Published:
+        if self.store is not None:
+            self.store.sync(desired.served, desired.overrides, by, self.wall_clock())
+        published = self._change(apply, initial)
+        self._desired = desired
+        return published
 
     def put_replica(self, replica: Replica) -> Published:
         """Register (or move) a replica. A move forgets its beats: the process at the new

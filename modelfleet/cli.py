@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from modelfleet.commands import keys, plan, render, status, up, usage, validate
+from modelfleet.commands import apply, diff, gate, keys, plan, render, status, up, usage, validate
 
-COMMANDS = (validate, up, status, plan, keys, usage, render)
+COMMANDS = (validate, diff, apply, up, status, plan, gate, keys, usage, render)
 
 
 def build_parser() -> argparse.ArgumentParser:
