@@ -17,12 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from components.capacity import CapacityError
-from components.mocking import run_program
-from components.program import stack_program
-from components.render_files import diff_renders, write_render
-from components.settings import StackSettingsError, settings_from_file
-from components.validation import invalid_objects
 from modelfleet.config import ConfigError
 
 
@@ -57,6 +51,13 @@ def _fail(args: argparse.Namespace, message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Render ``args.stack``; 0 on success (changes or not), 1 on an error or invalid object."""
+    # Pulumi, the providers and the schema packages take seconds to import: only when rendering.
+    from components.capacity import CapacityError
+    from components.mocking import run_program
+    from components.program import stack_program
+    from components.render_files import diff_renders, write_render
+    from components.settings import StackSettingsError, settings_from_file
+    from components.validation import invalid_objects
     try:
         settings = settings_from_file(args.stacks_dir, args.stack, args.config)
         if not args.json:
