@@ -6,9 +6,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from modelfleet.commands import apply, diff, gate, keys, plan, render, status, up, usage, validate
+from modelfleet.commands import (
+    apply,
+    diff,
+    drill,
+    gate,
+    keys,
+    plan,
+    render,
+    status,
+    up,
+    usage,
+    validate,
+)
 
-COMMANDS = (validate, diff, apply, up, status, plan, gate, keys, usage, render)
+COMMANDS = (validate, diff, apply, up, status, plan, drill, gate, keys, usage, render)
 
 
 def build_parser() -> argparse.ArgumentParser:

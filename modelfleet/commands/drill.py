@@ -1,0 +1,112 @@
+"""``modelfleet drill NAME``: the seed's experiments in the simulator (``sim/``), with the
+platform's own policy code: routing A/B, capacity gate, isolation, autoscaling."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from modelfleet.config import ConfigError, load_config
+from sim.drill_common import RunOptions, StderrProgress
+from sim.fleet import Progress
+
+DRILLS = ("routing", "capacity", "isolation", "autoscale")
+
+
+def register(sub: Any) -> None:
+    """Add the ``drill`` sub-command to ``sub``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "drill",
+        help="run one of the seed's drills in the simulator (routing, capacity, isolation, autoscale)",
+        description="Simulate one region with the gateway's policy, the replica engine and the "
+                    "desired-replica rule, and print the seed's measures. See docs/drills.md.",
+    )
+    p.add_argument("name", choices=DRILLS, help="which drill")
+    p.add_argument("--trace", default=None,
+                   help="'chat' or 'seed' (synthetic presets), an Azure .csv or a Mooncake .jsonl "
+                        "(default: chat; seed for capacity)")
+    p.add_argument("--rate", type=float, default=None, help="mean requests per second (default: the drill's)")
+    p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same figures")
+    p.add_argument("--duration", type=float, default=None, help="seconds measured (default: the drill's)")
+    p.add_argument("--warmup", type=float, default=None, help="seconds simulated before measuring")
+    p.add_argument("--replicas", type=int, default=12, help="replicas (routing, isolation)")
+    p.add_argument("--bound", type=float, default=1.25,
+                   help="routing: skip a replica above this multiple of the average tokens in flight")
+    p.add_argument("--scenario", choices=("ramp", "doubling", "both"), default="both",
+                   help="autoscale: which scenario")
+    p.add_argument("--warm-nodes", type=int, default=0, help="autoscale: idle GPU nodes with the weights on disk")
+    p.add_argument("--capacity-tokens", type=int, default=None,
+                   help="tokens in flight per replica for admission and the autoscaler "
+                        "(default: the version's load-tested figure; e.g. what `drill capacity` found)")
+    p.add_argument("--config", default="config", help="config directory")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="also write a plot (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no infinity or NaN: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the drill and print its report."""
+    from sim import drill_autoscale, drill_capacity, drill_isolation, drill_routing
+    from sim.scaling import ColdStart
+
+    try:
+        config = load_config(Path(args.config)).config
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    default_trace = "seed" if args.name == "capacity" else "chat"
+    opts = RunOptions(args.trace or default_trace, args.rate, args.seed, args.duration, args.warmup,
+                      args.capacity_tokens)
+
+    def progress(label: str) -> Progress | None:
+        return None if args.quiet else StderrProgress(label)
+
+    report: Any
+    render: Callable[[Any], str]
+    try:
+        if args.name == "routing":
+            report = drill_routing.run_routing(config, opts, args.replicas, args.bound,
+                                               progress=progress)
+            render = drill_routing.render
+        elif args.name == "capacity":
+            report = drill_capacity.run_capacity(config, opts, progress=progress)
+            render = drill_capacity.render
+        elif args.name == "isolation":
+            report = drill_isolation.run_isolation(config, opts, args.replicas, progress=progress)
+            render = drill_isolation.render
+        else:
+            names = ("ramp", "doubling") if args.scenario == "both" else (args.scenario,)
+            report = drill_autoscale.run_autoscale(
+                config, opts, tuple(drill_autoscale.SCENARIOS[n] for n in names),
+                ColdStart(warm_nodes=args.warm_nodes), progress=progress)
+            render = drill_autoscale.render
+    except (ValueError, OSError) as exc:
+        print(f"modelfleet drill {args.name}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(_clean(report.as_dict()), indent=2) if args.json else render(report))
+    if args.plot:
+        from sim.plots import plot
+
+        try:
+            plot(report, args.plot)
+        except RuntimeError as exc:
+            print(f"modelfleet drill {args.name}: {exc}", file=sys.stderr)
+            return 2
+    return 0
