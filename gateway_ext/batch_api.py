@@ -1,0 +1,201 @@
+"""The batch API (FastAPI routes): create, read, list and cancel a team's batches.
+
+| method | path | answer |
+|---|---|---|
+| POST | ``/v1/batches`` | the new batch (``validating``) |
+| GET | ``/v1/batches`` | the team's batches, newest first (``limit``, ``after``) |
+| GET | ``/v1/batches/{batch_id}`` | status, counts, timestamps |
+| POST | ``/v1/batches/{batch_id}/cancel`` | the batch, ``cancelling`` until the worker stops it |
+
+Every route needs ``Authorization: Bearer <team key>`` (:class:`~gateway_ext.keys.KeyRing`).
+A batch belongs to the team whose key created it: any other team gets the same 404 as for an
+unknown id. Errors are OpenAI-shaped (:mod:`gateway_ext.errors`), raised here at the edge only;
+the checks of a new batch are a pure function (:func:`new_batch`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway_ext.batch_files import BatchFileError, BatchFiles
+from gateway_ext.batch_lines import base_model
+from gateway_ext.batch_models import ACTIVE, CHAT_ENDPOINT, BatchRecord, BatchStatus, batch_view
+from gateway_ext.batch_settings import BatchSettings
+from gateway_ext.batch_store import BatchStore
+from gateway_ext.errors import ApiError, ErrorType, invalid, not_found
+from gateway_ext.keys import Authenticated, KeyRing, authorize
+from modelfleet.config import PlatformConfig, Team
+
+WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+Auth = Annotated[str | None, Header()]
+"""The ``Authorization`` header (module level: FastAPI resolves annotations here)."""
+
+
+class ApiFailure(Exception):
+    """An :class:`ApiError` leaving a route; the app's handler answers it as JSON."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class CreateBatch(BaseModel):
+    """``POST /v1/batches``: this API's shape, with OpenAI's ``endpoint``,
+    ``completion_window`` and ``metadata`` accepted too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=127)
+    input_uri: str = Field(min_length=1, max_length=2048)
+    output_uri: str | None = Field(default=None, min_length=1, max_length=2048)
+    deadline: float | str | None = None
+    """Seconds since the epoch, or an RFC 3339 time with a zone."""
+    completion_window: str | None = None
+    """Instead of ``deadline``: ``24h``, ``90m``, ``3600s``, ``2d`` from now."""
+    endpoint: str = CHAT_ENDPOINT
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] = Field(default_factory=dict,
+                                                                        max_length=16)
+
+
+def parse_deadline(body: CreateBatch, now: float, default_window_s: float) -> float | ApiError:
+    """The deadline in seconds since the epoch from ``deadline`` or ``completion_window``."""
+    if body.deadline is not None and body.completion_window is not None:
+        return invalid("Give either deadline or completion_window, not both.", "deadline")
+    if body.completion_window is not None:
+        match = WINDOW.match(body.completion_window)
+        if match is None:
+            return invalid("completion_window must look like 24h, 90m, 3600s or 2d.",
+                           "completion_window")
+        return now + float(match.group(1)) * UNIT_S[match.group(2)]
+    if body.deadline is None:
+        return now + default_window_s
+    if isinstance(body.deadline, str):
+        try:
+            parsed = datetime.fromisoformat(body.deadline.replace("Z", "+00:00"))
+        except ValueError:
+            return invalid("deadline must be seconds since the epoch or an RFC 3339 time.",
+                           "deadline")
+        if parsed.tzinfo is None:
+            return invalid("deadline needs a time zone (e.g. 2030-01-01T00:00:00Z).", "deadline")
+        return parsed.timestamp()
+    return float(body.deadline)
+
+
+def default_output_uri(input_uri: str) -> str:
+    """``…/in.jsonl`` -> ``…/in.output.jsonl`` (any other name: ``.output.jsonl`` appended)."""
+    stem = input_uri[:-len(".jsonl")] if input_uri.endswith(".jsonl") else input_uri
+    return stem + ".output.jsonl"
+
+
+def new_batch(body: CreateBatch, team: Team, config: PlatformConfig, files: BatchFiles,
+              settings: BatchSettings, now: float) -> BatchRecord | ApiError:
+    """The record of a new batch of ``team`` at ``now`` (seconds), or why it is refused:
+    404 unknown model, 403 no batch tier on it, 400 for the rest."""
+    if body.endpoint != CHAT_ENDPOINT:
+        return invalid(f"endpoint must be {CHAT_ENDPOINT}.", "endpoint")
+    name, _, version = body.model.partition("@")
+    if config.model(name) is None or (version and config.version(name, version) is None):
+        return not_found(f"The model '{body.model}' does not exist.")
+    allowed = authorize(team, base_model(body.model), "batch")
+    if isinstance(allowed, ApiError):
+        return allowed
+    deadline = parse_deadline(body, now, settings.default_completion_window_s)
+    if isinstance(deadline, ApiError):
+        return deadline
+    if not now < deadline <= now + settings.max_completion_window_s:
+        return invalid(f"The deadline must be in the future and at most "
+                       f"{settings.max_completion_window_s:.0f} s away.", "deadline")
+    output_uri = body.output_uri or default_output_uri(body.input_uri)
+    for param, uri in (("input_uri", body.input_uri), ("output_uri", output_uri)):
+        try:
+            files.check(uri)
+        except BatchFileError as exc:
+            return invalid(exc.message, param, exc.code)
+    if files.check(output_uri) == files.check(body.input_uri):
+        return invalid("output_uri must differ from input_uri.", "output_uri")
+    return BatchRecord(batch_id=f"batch_{uuid.uuid4().hex}", team=team.name, model=body.model,
+                       input_uri=body.input_uri, output_uri=output_uri, deadline=deadline,
+                       created_at=now, metadata=dict(body.metadata))
+
+
+def batch_not_found(batch_id: str) -> ApiError:
+    """The 404 for an unknown batch or another team's."""
+    return not_found(f"No batch found with id '{batch_id[:80]}'.", "batch_id", "batch_not_found")
+
+
+def batch_router(store: BatchStore, keys: KeyRing, config: PlatformConfig, files: BatchFiles,
+                 settings: BatchSettings, clock: Callable[[], float] = time.time) -> APIRouter:
+    """The routes over ``store``; ``clock`` is wall-clock seconds. Routes are plain functions
+    (FastAPI runs them in its thread pool: the store's calls block)."""
+    router = APIRouter()
+
+    def team_of(authorization: str | None) -> Team:
+        auth = keys.authenticate(authorization)
+        if isinstance(auth, ApiError):
+            raise ApiFailure(auth)
+        assert isinstance(auth, Authenticated)
+        return auth.team
+
+    def view(record: BatchRecord) -> dict[str, Any]:
+        return batch_view(record, store.counts(record.batch_id))
+
+    @router.post("/v1/batches")
+    def create(payload: Annotated[Any, Body()], authorization: Auth = None) -> dict[str, Any]:
+        team = team_of(authorization)
+        if isinstance(payload, dict) and "input_file_id" in payload:
+            raise ApiFailure(invalid("input_file_id is not supported here: give input_uri "
+                                     "(file:// or s3://).", "input_file_id"))
+        try:
+            body = CreateBatch.model_validate(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            raise ApiFailure(invalid(f"{param or 'body'}: {first['msg']}", param)) from None
+        record = new_batch(body, team, config, files, settings, clock())
+        if isinstance(record, ApiError):
+            raise ApiFailure(record)
+        store.insert(record)
+        return view(record)
+
+    @router.get("/v1/batches")
+    def list_batches(authorization: Auth = None,
+                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                     after: str | None = None) -> dict[str, Any]:
+        team = team_of(authorization)
+        records = store.list_team(team.name, limit + 1, after)
+        data = [view(r) for r in records[:limit]]
+        return {"object": "list", "data": data, "has_more": len(records) > limit,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None}
+
+    @router.get("/v1/batches/{batch_id}")
+    def get(batch_id: str, authorization: Auth = None) -> dict[str, Any]:
+        team = team_of(authorization)
+        record = store.get(batch_id, team.name)
+        if record is None:
+            raise ApiFailure(batch_not_found(batch_id))
+        return view(record)
+
+    @router.post("/v1/batches/{batch_id}/cancel")
+    def cancel(batch_id: str, authorization: Auth = None) -> dict[str, Any]:
+        team = team_of(authorization)
+        record = store.request_cancel(batch_id, team.name, clock())
+        if record is None:
+            raise ApiFailure(batch_not_found(batch_id))
+        if record.status not in (*ACTIVE, BatchStatus.CANCELLED) or (
+                record.status is BatchStatus.FINALIZING):
+            raise ApiFailure(ApiError(409, ErrorType.INVALID_REQUEST,
+                                      f"Cannot cancel a batch that is {record.status}.",
+                                      "batch_not_cancellable", "batch_id"))
+        return view(record)
+
+    return router
