@@ -56,10 +56,10 @@ def main() -> int:
     step_s = 0.0
     original = Engine.step
 
-    def timed_step(self: Engine) -> StepResult:
+    def timed_step(self: Engine, detail: bool = True) -> StepResult:
         nonlocal step_s
         start = time.perf_counter()
-        result = original(self)
+        result = original(self, detail)
         step_s += time.perf_counter() - start
         return result
 

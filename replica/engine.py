@@ -15,102 +15,48 @@ One ``step()`` is one engine iteration, as in vLLM's V1 scheduler:
 The engine reads the time from an injected clock, never sleeps and never touches I/O. Its driver
 (the HTTP server, or a discrete-event simulator) calls ``step()``, waits until ``end_s``, and
 delivers the step's tokens. All times are model seconds.
+
+Cost: a sequence in the batch gains one token per step, so its length is derived from the step
+counter instead of being updated. Only what happens at a known future step is scheduled: its
+finish, and every ``block_size`` tokens a block boundary (the full block joins the prefix cache,
+the next token needs a new block). A step with ``detail=False`` thus costs O(1 + admissions +
+finishes + batch / block_size); ``detail=True`` adds one ``TokenOutput`` per sequence.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from replica.clock import Clock
+from replica.engine_types import (
+    Admission,
+    EngineRequest,
+    EngineStats,
+    Finish,
+    FirstToken,
+    StepResult,
+    TokenOutput,
+)
 from replica.kv_cache import BlockPool
 from replica.params import EngineParams
 
+__all__ = [
+    "Admission", "Engine", "EngineRequest", "EngineStats", "Finish", "FirstToken", "StepResult",
+    "TokenOutput",
+]
 
-@dataclass(frozen=True)
-class EngineRequest:
-    """What the engine needs to know about a request: sizes and the prefix-cache keys."""
-
-    request_id: str
-    prompt_tokens: int
-    output_tokens: int
-    """Tokens this request will generate (the answer was planned on arrival)."""
-    block_hashes: tuple[int, ...] = ()
-    """Chained hashes of the full blocks of prompt plus output tokens, in order."""
+# Step number -> (admission number, sequence); stale (skipped) once the sequence is readmitted or gone.
+_Due = dict[int, list[tuple[int, "_Seq"]]]
 
 
-@dataclass(frozen=True)
-class Admission:
-    """A request entering the batch in a step."""
-
-    request_id: str
-    cached_tokens: int
-    """Tokens of its context the prefix cache held."""
-    prefill_tokens: int
-    """Tokens computed in the step (context minus cached)."""
-    queued_s: float
-    """Seconds from arrival (or preemption) to admission."""
-    first: bool
-    """False when a preempted request comes back."""
-
-
-@dataclass(frozen=True)
-class TokenOutput:
-    """One output token of one request, produced at the end of a step."""
-
-    request_id: str
-    index: int
-    """0 for the first token."""
-    finished: bool
-    interval_s: float
-    """Seconds since arrival for the first token (TTFT), since the previous token otherwise."""
-    e2e_s: float | None = None
-    """Seconds from arrival to this last token, set only when ``finished``."""
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one step did, in model seconds."""
-
-    start_s: float
-    end_s: float
-    context_tokens: int
-    """KV-cache tokens the step read, summed over the batch."""
-    prefill_tokens: int
-    admitted: tuple[Admission, ...] = ()
-    outputs: tuple[TokenOutput, ...] = ()
-    preempted: tuple[str, ...] = ()
-
-    @property
-    def duration_s(self) -> float:
-        """Length of the step in seconds."""
-        return self.end_s - self.start_s
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """The engine's gauges and cumulative counters at one moment."""
-
-    running: int
-    waiting: int
-    kv_usage: float
-    """Share (0..1) of KV blocks in use."""
-    tokens_in_flight: int
-    """Prompt plus remaining output tokens of every request held, running or waiting."""
-    prefix_cache_queries: int
-    """Context tokens looked up in the prefix cache, summed over admissions."""
-    prefix_cache_hits: int
-    """Of those, tokens found."""
-    prompt_tokens: int
-    generation_tokens: int
-    preemptions: int
-    finished: int
+def _admission(entry: tuple[int, _Seq]) -> int:
+    return entry[0]
 
 
 class _Seq:
     __slots__ = (
-        "arrival_s", "blocks", "cached_tokens", "generated", "last_token_s", "queued_since",
-        "registered", "req", "running",
+        "adm", "arrival_s", "blocks", "cached_tokens", "generated", "last_token_s", "offset",
+        "queued_since", "registered", "req", "running",
     )
 
     def __init__(self, req: EngineRequest, arrival_s: float) -> None:
@@ -118,15 +64,13 @@ class _Seq:
         self.arrival_s = arrival_s
         self.queued_since = arrival_s
         self.running = False
+        self.adm = 0  # admission number: order in the batch; renewed at every admission
         self.blocks: list[int] = []
-        self.generated = 0
-        self.registered = 0  # leading blocks whose hash is in the prefix cache
+        self.generated = 0  # while waiting; while running it is offset + the engine's step count
+        self.offset = 0
+        self.registered = 0  # leading blocks in the prefix cache at admission
         self.cached_tokens: int | None = None  # at first admission
-        self.last_token_s = arrival_s
-
-    @property
-    def length(self) -> int:
-        return self.req.prompt_tokens + self.generated
+        self.last_token_s = arrival_s  # when waiting after a preemption: its last token's time
 
 
 class Engine:
@@ -138,9 +82,18 @@ class Engine:
         self.pool = BlockPool(params.num_blocks, params.enable_prefix_caching)
         self._bandwidth = params.decode_bandwidth_bytes_per_s
         self._waiting: deque[_Seq] = deque()
-        self._running: list[_Seq] = []
+        self._running: dict[_Seq, None] = {}  # in admission order
         self._seqs: dict[str, _Seq] = {}
         self._busy_until = float("-inf")
+        self._last_end = float("-inf")  # end of the last step that produced tokens
+        self._steps = 0  # steps that produced tokens
+        self._admissions = 0
+        self._context = 0  # KV tokens of the running batch
+        self._held = self._held_generated = 0  # prompt + output, and generated, of every request held
+        self._finish_at: _Due = {}
+        self._boundary_at: _Due = {}  # steps at whose end a sequence's length fills a block
+        self._need_slot: list[tuple[int, _Seq]] = []  # the last step's boundaries: need a block now
+        self._new: list[_Seq] = []
         self._queries = self._hits = self._prompt = self._generated = 0
         self._preemptions = self._finished = 0
 
@@ -160,6 +113,7 @@ class Engine:
         seq = _Seq(request, self.clock.now() if arrival_s is None else arrival_s)
         self._seqs[request.request_id] = seq
         self._waiting.append(seq)
+        self._held += total
 
     def abort(self, request_id: str) -> bool:
         """Drop a request (client gone): free its KV blocks. False if it is not held."""
@@ -167,11 +121,16 @@ class Engine:
         if seq is None:
             return False
         if seq.running:
-            self._running.remove(seq)
+            generated = seq.offset + self._steps
+            del self._running[seq]
+            self._context -= seq.req.prompt_tokens + generated
             self.pool.release(seq.blocks)
             seq.blocks, seq.running = [], False
         else:
+            generated = seq.generated
             self._waiting.remove(seq)
+        self._held -= seq.req.prompt_tokens + seq.req.output_tokens
+        self._held_generated -= generated
         return True
 
     @property
@@ -179,27 +138,42 @@ class Engine:
         """True while any request is running or waiting."""
         return bool(self._seqs)
 
-    def step(self) -> StepResult:
-        """Run one iteration starting now (or when the previous one ends, if later)."""
+    def step(self, detail: bool = True) -> StepResult:
+        """Run one iteration starting now (or when the previous one ends, if later).
+
+        ``detail=False`` leaves ``outputs`` empty (no record per token): for drivers that need
+        only first tokens, finishes and token counts, such as the simulator.
+        """
         start = max(self.clock.now(), self._busy_until)
+        self._new = []
         preempted = self._reserve_decode_slots(start)
         admitted = () if preempted else self._admit(start)
-        batch = list(self._running)
-        context = sum(s.length for s in batch)
+        batch = len(self._running)
+        if not batch:
+            self._busy_until = start
+            return StepResult(start, start, 0, 0, (), (), preempted)
+        context = self._context
         prefill = sum(a.prefill_tokens for a in admitted)
-        end = start + (self.params.step_seconds(context, prefill, self._bandwidth) if batch else 0.0)
-        outputs = [self._emit(s, end) for s in batch]
-        self._busy_until = end
-        return StepResult(start, end, context, prefill, admitted, tuple(outputs), preempted)
+        end = start + self.params.step_seconds(context, prefill, self._bandwidth)
+        outputs = self._outputs(end) if detail else ()
+        n = self._steps
+        first = tuple(FirstToken(s.req.request_id, end - s.arrival_s) for s in self._new if s.offset + n == 0)
+        self._steps = n + 1
+        self._context += batch
+        self._held_generated += batch
+        self._generated += batch
+        self._register_boundaries()
+        finished = self._finish(end)
+        self._busy_until = self._last_end = end
+        return StepResult(start, end, context, prefill, admitted, outputs, preempted, batch, first, finished)
 
     def stats(self) -> EngineStats:
         """Gauges and counters now."""
-        in_flight = sum(s.req.prompt_tokens + s.req.output_tokens - s.generated for s in self._seqs.values())
         return EngineStats(
             running=len(self._running),
             waiting=len(self._waiting),
             kv_usage=self.pool.usage,
-            tokens_in_flight=in_flight,
+            tokens_in_flight=self._held - self._held_generated,
             prefix_cache_queries=self._queries,
             prefix_cache_hits=self._hits,
             prompt_tokens=self._prompt,
@@ -212,32 +186,40 @@ class Engine:
         return -(-tokens // self.params.block_size)
 
     def _reserve_decode_slots(self, now: float) -> tuple[str, ...]:
+        # Only a sequence whose length just filled its last block needs a new one (admission
+        # allocates for the context plus the first token; each later block is one boundary).
         preempted: list[str] = []
-        for seq in list(self._running):
-            if not seq.running or len(seq.blocks) >= self._blocks_for(seq.length + 1):
+        need, self._need_slot = self._need_slot, []
+        for adm, seq in need:
+            if seq.adm != adm or not seq.running:
                 continue
             while self.pool.num_free == 0:
-                victim = self._running.pop()
-                self.pool.release(victim.blocks)
-                victim.blocks, victim.registered, victim.running = [], 0, False
-                victim.queued_since = now
-                self._waiting.appendleft(victim)
-                self._preemptions += 1
+                victim, _ = self._running.popitem()  # the most recently admitted
+                self._preempt(victim, now)
                 preempted.append(victim.req.request_id)
                 if victim is seq:
                     break
             if seq.running:
-                seq.blocks += self.pool.allocate(1)
+                seq.blocks.append(self.pool.allocate_one())
         return tuple(preempted)
 
+    def _preempt(self, seq: _Seq, now: float) -> None:
+        seq.generated = seq.offset + self._steps
+        self._context -= seq.req.prompt_tokens + seq.generated
+        self.pool.release(seq.blocks)
+        seq.blocks, seq.running = [], False
+        seq.queued_since, seq.last_token_s = now, self._last_end
+        self._waiting.appendleft(seq)
+        self._preemptions += 1
+
     def _admit(self, now: float) -> tuple[Admission, ...]:
-        p, bs = self.params, self.params.block_size
+        p, bs, n = self.params, self.params.block_size, self._steps
         budget = p.max_num_batched_tokens - len(self._running)
         used = 0
         out: list[Admission] = []
         while self._waiting and len(self._running) < p.max_num_seqs:
             seq = self._waiting[0]
-            length = seq.length
+            length = seq.req.prompt_tokens + seq.generated
             hits = self.pool.cached_prefix(seq.req.block_hashes[: length // bs])
             if len(hits) * bs >= length:
                 hits = hits[:-1]  # the last token must be computed to produce the next one
@@ -251,8 +233,13 @@ class Engine:
             seq.blocks = hits + self.pool.allocate(need)
             seq.registered = len(hits)
             self._waiting.popleft()
-            self._running.append(seq)
-            seq.running = True
+            self._admissions += 1
+            seq.adm, seq.offset, seq.running = self._admissions, seq.generated - n, True
+            self._running[seq] = None
+            self._new.append(seq)
+            self._context += length
+            finish = n + seq.req.output_tokens - seq.generated - 1
+            self._finish_at.setdefault(finish, []).append((seq.adm, seq))
             first = seq.cached_tokens is None
             if first:
                 seq.cached_tokens = cached
@@ -263,25 +250,62 @@ class Engine:
             out.append(Admission(seq.req.request_id, cached, length - cached, now - seq.queued_since, first))
         return tuple(out)
 
-    def _emit(self, seq: _Seq, end: float) -> TokenOutput:
-        seq.generated += 1
-        interval = end - (seq.arrival_s if seq.generated == 1 else seq.last_token_s)
-        seq.last_token_s = end
-        self._generated += 1
-        self._register_full_blocks(seq)
-        index = seq.generated - 1
-        if seq.generated < seq.req.output_tokens:
-            return TokenOutput(seq.req.request_id, index, False, interval)
-        self._running.remove(seq)
-        del self._seqs[seq.req.request_id]
-        self.pool.release(seq.blocks)
-        seq.blocks, seq.running = [], False
-        self._finished += 1
-        return TokenOutput(seq.req.request_id, index, True, interval, end - seq.arrival_s)
+    def _outputs(self, end: float) -> tuple[TokenOutput, ...]:
+        """One record per sequence in the batch, before the step counter moves on."""
+        n, new = self._steps, set(self._new)
+        out: list[TokenOutput] = []
+        for seq in self._running:
+            index = seq.offset + n
+            if seq in new:
+                interval = end - (seq.arrival_s if index == 0 else seq.last_token_s)
+            else:
+                interval = end - self._last_end
+            if index + 1 < seq.req.output_tokens:
+                out.append(TokenOutput(seq.req.request_id, index, False, interval))
+            else:
+                out.append(TokenOutput(seq.req.request_id, index, True, interval, end - seq.arrival_s))
+        return tuple(out)
 
-    def _register_full_blocks(self, seq: _Seq) -> None:
-        hashes = seq.req.block_hashes
-        full = min(seq.length // self.params.block_size, len(hashes), len(seq.blocks))
-        for i in range(seq.registered, full):
-            self.pool.register(seq.blocks[i], hashes[i])
-        seq.registered = max(seq.registered, full)
+    def _register_boundaries(self) -> None:
+        """After a step's tokens: full blocks join the prefix cache, in batch order."""
+        bs, n = self.params.block_size, self._steps - 1
+        due = self._boundary_at.pop(n, [])
+        live = sorted((e for e in due if e[1].adm == e[0] and e[1].running), key=_admission)
+        register = self.pool.register
+        for _adm, seq in live:
+            hashes = seq.req.block_hashes
+            i = (seq.req.prompt_tokens + seq.offset + n + 1) // bs - 1
+            if i < len(hashes):
+                register(seq.blocks[i], hashes[i])
+            self._schedule_boundary(seq, n + bs)
+        for seq in self._new:
+            length = seq.req.prompt_tokens + seq.offset + n + 1
+            hashes = seq.req.block_hashes
+            for i in range(seq.registered, min(length // bs, len(hashes))):
+                register(seq.blocks[i], hashes[i])
+            if length % bs == 0:
+                live.append((seq.adm, seq))
+            self._schedule_boundary(seq, n + (-length % bs or bs))
+        self._need_slot = live
+
+    def _schedule_boundary(self, seq: _Seq, step: int) -> None:
+        if step < seq.req.output_tokens - seq.offset:  # at or before its finishing step
+            self._boundary_at.setdefault(step, []).append((seq.adm, seq))
+
+    def _finish(self, end: float) -> tuple[Finish, ...]:
+        due = self._finish_at.pop(self._steps - 1, None)
+        if not due:
+            return ()
+        out: list[Finish] = []
+        for _adm, seq in sorted((e for e in due if e[1].adm == e[0] and e[1].running), key=_admission):
+            req = seq.req
+            del self._running[seq]
+            del self._seqs[req.request_id]
+            self.pool.release(seq.blocks)
+            seq.blocks, seq.running = [], False
+            self._context -= req.prompt_tokens + req.output_tokens
+            self._held -= req.prompt_tokens + req.output_tokens
+            self._held_generated -= req.output_tokens
+            self._finished += 1
+            out.append(Finish(req.request_id, req.output_tokens, end - seq.arrival_s))
+        return tuple(out)

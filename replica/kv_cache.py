@@ -80,6 +80,18 @@ class BlockPool:
             out.append(b)
         return out
 
+    def allocate_one(self) -> int:
+        """One fresh block (``allocate(1)`` without the list), for a sequence's next block."""
+        if not self._free:
+            raise ValueError("cannot allocate a block, none free")
+        b, _none = self._free.popitem(last=False)
+        h = self._hash_of[b]
+        if h is not None:
+            del self._by_hash[h]
+            self._hash_of[b] = None
+        self._refs[b] = 1
+        return b
+
     def register(self, block: int, block_hash: int) -> None:
         """Record that full ``block`` holds the prefix ending in ``block_hash``."""
         if not self.enable_caching or self._hash_of[block] is not None or block_hash in self._by_hash:

@@ -175,7 +175,7 @@ class Fleet:
     def _on_step(self, rep: SimReplica, t: float) -> None:
         result = rep.finish_step()
         if self.m.start_s <= t < self.m.end_s:
-            self.m.output_tokens += len(result.outputs)
+            self.m.output_tokens += result.tokens
             self.m.prefill_tokens += result.prefill_tokens
         reqs = self.reqs
         for adm in result.admitted:
@@ -184,9 +184,8 @@ class Fleet:
                 req.first_s, req.cached = t, adm.cached_tokens
                 if req.row is not None:
                     req.row.ttft_s, req.row.cached_tokens = t - req.t0, adm.cached_tokens
-        for o in result.outputs:
-            if o.finished:
-                self._finish(rep, o.request_id, t)
+        for f in result.finished:
+            self._finish(rep, f.request_id, t)
         self._start(rep, t)
         if rep.state is ReplicaState.DRAINING and not rep.held:
             del self.replicas[rep.id]

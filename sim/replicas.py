@@ -66,8 +66,8 @@ class SimReplica:
             return None
         if now_s > self.clock.now():
             self.clock.set(now_s)
-        result = self.engine.step()
-        if not result.outputs and result.end_s <= result.start_s:
+        result = self.engine.step(detail=False)  # no record per token: finishes and counts suffice
+        if not result.tokens and result.end_s <= result.start_s:
             return None
         self.step = result
         return result
@@ -78,7 +78,7 @@ class SimReplica:
         if result is None:
             raise RuntimeError(f"replica {self.id} has no step in progress")
         self.step = None
-        self.tokens_in_flight -= len(result.outputs)
+        self.tokens_in_flight -= result.tokens
         self.clock.set(result.end_s)
         return result
 
