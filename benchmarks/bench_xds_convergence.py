@@ -193,7 +193,15 @@ class Bench:
             if done:
                 return latest, float(snapshot["published_at"])
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not converged: {json.dumps(st)[:2000]}")
+                acks = {
+                    name: {t: (n["types"][t]["acked_version"], round((n["types"][t]["acked_at"] or 0) - started, 3))
+                           for t in changed}
+                    for name, n in st["nodes"].items()
+                }
+                raise TimeoutError(
+                    f"not converged on {sorted(changed)} at snapshot {snapshot['types']} "
+                    f"(published {float(snapshot['published_at']) - started:+.3f} s): {acks}"
+                )
             time.sleep(0.002)
 
     def stop(self) -> None:

@@ -59,6 +59,7 @@ def vllm_command(version: Version, shutdown_args: list[str]) -> tuple[list[str],
         "--enable-prefix-caching" if ec.enable_prefix_caching else "--no-enable-prefix-caching",
         *precision_args(version),
         "--middleware", MIDDLEWARE,
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the final event's
         *shutdown_args,
         *ec.extra_args,
     ]

@@ -3,8 +3,9 @@
 Every API request is checked by gateway_ext before it is routed (see ``gateway_ext.contract`` for
 the wire contract):
 
-1. ``header_mutation`` removes the client's ``x-route-version`` and every ``x-modelfleet-*``
-   request header, so only the gateway can set them;
+1. ``header_mutation`` removes the client's ``x-route-version``, ``x-gateway-destination-endpoint``
+   and every ``x-modelfleet-*`` request header, so only the gateway can set them (a client cannot
+   pick its replica; and ``override_host`` only reaches addresses in the cluster anyway);
 2. ``ext_authz`` (HTTP service on the bootstrap's static cluster ``modelfleet_gateway``) sends the
    method, path, body (up to 1 MiB; larger bodies get a 413 without a check) and the allowed
    headers. On 200 the gateway's ``x-route-version`` / ``x-modelfleet-*`` headers are set on the
@@ -35,6 +36,7 @@ from gateway_ext.contract import (
     AUTHZ_PATH_PREFIX,
     CHECK_HEADERS,
     CLIENT_HEADERS,
+    DESTINATION_HEADER,
     GATEWAY_HEADER_PREFIX,
     MAX_BODY_BYTES,
     RATELIMIT_PREFIX,
@@ -88,6 +90,7 @@ def make_strip_filter() -> hcm_pb2.HttpFilter:
                     key_matcher=_prefix(GATEWAY_HEADER_PREFIX)
                 )
             ),
+            mutation_rules_pb2.HeaderMutation(remove=DESTINATION_HEADER),
         ]
     )
     config = header_mutation_pb2.HeaderMutation(mutations=mutations)

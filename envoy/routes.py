@@ -20,6 +20,7 @@ from envoy_control.listeners import ROUTE_CONFIG_NAME
 from envoy_control.openai_errors import error_format, json_body_format
 from google.protobuf import any_pb2, wrappers_pb2
 
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as sf
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -27,7 +28,12 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
-from gateway_ext.contract import ROUTE_VERSION_HEADER
+from gateway_ext.contract import (
+    DESTINATION_HEADER,
+    RESERVATION_HEADER,
+    ROUTE_VERSION_HEADER,
+    SHADOW_HEADER,
+)
 
 CONVERSATION_HEADER = "x-conversation-id"
 """The routing key: the ring hash over a version's replicas hashes it."""
@@ -39,8 +45,11 @@ UPSTREAM_HEADERS = {
 """Response headers Envoy adds: the replica's address, its cluster (model@version), its id."""
 ROUTE_IDLE_TIMEOUT_S = 120.0
 """A stream with no bytes either way for this many seconds is reset."""
-RETRY_ON = "connect-failure,refused-stream,reset"
+RETRY_ON = "connect-failure,refused-stream,reset,retriable-status-codes"
 """Retried only before response headers, which a replica holds until its first token."""
+RETRIABLE_STATUSES = (503,)
+"""A replica answers 503 when it cannot start a request (draining, engine failed before the
+first token): nothing reached the client, so another replica may serve it."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +80,15 @@ def version_match(key: str | None) -> rc.RouteMatch:
 
 
 def make_retry_policy(num_retries: int = 2) -> rc.RetryPolicy:
-    """Retry ``num_retries`` times on another replica, only when no response has started."""
+    """Retry ``num_retries`` times on another replica, only when no response has started: the
+    next address of ``x-gateway-destination-endpoint`` (``override_host``), else the ring's
+    next host; ``previous_hosts`` refuses a replica already tried. The cluster's retry budget
+    bounds retries under a storm."""
     predicate = any_pb2.Any()
     predicate.Pack(previous_hosts_pb2.PreviousHostsPredicate())
     return rc.RetryPolicy(
         retry_on=RETRY_ON,
+        retriable_status_codes=list(RETRIABLE_STATUSES),
         num_retries=wrappers_pb2.UInt32Value(value=num_retries),
         retry_host_predicate=[
             rc.RetryPolicy.RetryHostPredicate(
@@ -118,6 +131,7 @@ def make_route_action(
     if shadow is not None and shadow[1] > 0:
         action.request_mirror_policies.add(
             cluster=shadow[0],
+            request_headers_mutations=shadow_mutations(),
             runtime_fraction=base_pb2.RuntimeFractionalPercent(
                 default_value=percent_pb2.FractionalPercent(
                     numerator=round(shadow[1] * 1_000_000),
@@ -126,6 +140,22 @@ def make_route_action(
             ),
         )
     return action
+
+
+def shadow_mutations() -> list[mutation_rules_pb2.HeaderMutation]:
+    """What a mirrored copy loses and gains: no reservation (only the served request settles),
+    no destination (the live version's addresses; the shadow cluster's ring picks), and
+    ``x-modelfleet-shadow: 1`` so the shadow replica records it apart."""
+    return [
+        mutation_rules_pb2.HeaderMutation(remove=RESERVATION_HEADER),
+        mutation_rules_pb2.HeaderMutation(remove=DESTINATION_HEADER),
+        mutation_rules_pb2.HeaderMutation(
+            append=base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key=SHADOW_HEADER, value="1"),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+        ),
+    ]
 
 
 def upstream_headers() -> list[base_pb2.HeaderValueOption]:

@@ -2,7 +2,8 @@
 
     python -m gateway_ext --config config --host 127.0.0.1 --port 8090 \\
         [--redis-url redis://127.0.0.1:6379/0] [--usage-db-url sqlite:///usage.db] \\
-        [--spool usage-spool.jsonl] [--region us-east-1] [--debug]
+        [--spool usage-spool.jsonl] [--region us-east-1] [--debug] \\
+        [--control-plane-url http://127.0.0.1:8081] [--router-state-file router-state.json]
 
 Every flag has a ``MODELFLEET_GATEWAY_*`` environment variable (see ``gateway_ext.settings``);
 flags win. Exits 2 on an invalid config.
@@ -40,7 +41,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--flush-interval", dest="flush_interval_s", type=float,
                     help="seconds between usage flushes (default 5)")
     ap.add_argument("--debug", action="store_true", default=None,
-                    help="serve /v1/debug/* (bucket and pool state)")
+                    help="serve /v1/debug/* (bucket, pool and routing state)")
+    ap.add_argument("--control-plane-url",
+                    help="long-poll the control plane's router state (aliases, replicas, loads)")
+    ap.add_argument("--router-state-file", type=Path,
+                    help="router state to start from when the control plane is down")
+    ap.add_argument("--picking", choices=["affinity", "least_tokens", "round_robin"],
+                    help="replica picking (default affinity: ring bounded by tokens in flight)")
     ap.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return ap.parse_args(argv)
 
@@ -55,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per router-state long poll
     try:
         runtime = build_runtime(settings)
     except ConfigError as exc:

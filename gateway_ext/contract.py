@@ -36,7 +36,16 @@ TEAM_HEADER = "x-modelfleet-team"
 TIER_HEADER = "x-modelfleet-tier"
 RESERVATION_HEADER = "x-modelfleet-reservation"
 """The reservation id the replica settles."""
-UPSTREAM_HEADERS = (ROUTE_VERSION_HEADER, TEAM_HEADER, TIER_HEADER, RESERVATION_HEADER)
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+"""The picked replica and its fallbacks, ``ip:port,ip:port,...``: Envoy's ``override_host``
+load-balancing policy sends the first attempt to the first address, each retry to the next one
+(addresses not in the cluster are skipped); absent, the cluster's ring hash picks. Envoy removes
+a client's copy before the check."""
+SHADOW_HEADER = "x-modelfleet-shadow"
+"""Set by Envoy (``1``) on the copies it mirrors to a shadow version (which also lose the
+reservation and destination headers): the replica records them apart and never settles them."""
+UPSTREAM_HEADERS = (ROUTE_VERSION_HEADER, TEAM_HEADER, TIER_HEADER, RESERVATION_HEADER,
+                    DESTINATION_HEADER)
 """Set by the gateway on an allowed request, for the router and the replica."""
 GATEWAY_HEADER_PREFIX = "x-modelfleet-"
 """Client request headers with this prefix (and ``x-route-version``) are removed by Envoy before

@@ -14,6 +14,8 @@
 * ``tick``: queue timeouts (503), admitted requests never settled (dropped when their reservation
   expires), garbage collection; ``run_timer`` calls it at the earliest queue deadline, and at
   least every ``interval_s``.
+* ``on_start`` / ``on_end``: a request starts running (its replica is picked then, at once or out
+  of the queue, with the loads of that moment) and ends (settled, left, or forgotten).
 
 Single-threaded by design: every method runs on the service's event loop; the clock is injected.
 """
@@ -72,11 +74,15 @@ class Gate:
     """Requests of one gateway process: queued waiters and running tickets over ``core``."""
 
     def __init__(self, core: GatewayCore, metrics: GatewayMetrics, clock: Callable[[], float],
-                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 on_start: Callable[[Admitted, float], Admitted] | None = None,
+                 on_end: Callable[[str], None] | None = None) -> None:
         self.core = core
         self.record = MetricsRecorder(metrics)
         self.clock = clock
         self.new_id = new_id
+        self.on_start = on_start
+        self.on_end = on_end
         self._waiting: dict[str, _Waiter] = {}
         self._running: dict[str, _Ticket] = {}
         self._rearm = asyncio.Event()
@@ -105,8 +111,7 @@ class Gate:
                            result.request.reserve_tokens)
         self._resolve(result.outcome.shed, now)
         if result.outcome.decision is Decision.ADMIT:
-            self._start(result, now, 0.0)
-            return result
+            return self._start(result, now, 0.0)
         rid = result.reservation_id
         future: asyncio.Future[Admitted | Refused] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = _Waiter(result, future,
@@ -141,6 +146,7 @@ class Gate:
         admitted = waiter.admitted if waiter else ticket.admitted if ticket else None
         if admitted is None:
             return
+        self._ended(rid)
         now = self.clock()
         self._refunded(admitted, admitted.request.reserve_tokens)
         self._resolve(self.core.abandon(admitted, now, shed=False), now)
@@ -151,6 +157,7 @@ class Gate:
         """End a running request with its real usage; returns the bucket settlement."""
         now = self.clock()
         ticket = self._running.pop(report.reservation_id, None)
+        self._ended(report.reservation_id)
         if ticket is not None:
             settlement, outcomes = self.core.finish(
                 ticket.admitted, report.prompt_tokens, report.cached_tokens,
@@ -198,6 +205,7 @@ class Gate:
         stale = [rid for rid, t in self._running.items() if now >= t.forget_at]
         for rid in stale:
             del self._running[rid]
+            self._ended(rid)
         sweep = getattr(self.core.store, "sweep", None)
         if callable(sweep):
             sweep(now - 600.0)  # keep expired records 10 min so late settles read EXPIRED
@@ -214,10 +222,17 @@ class Gate:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._rearm.wait(), max(0.0, delay))
 
-    def _start(self, admitted: Admitted, now: float, waited_s: float) -> None:
+    def _start(self, admitted: Admitted, now: float, waited_s: float) -> Admitted:
+        if self.on_start is not None:
+            admitted = self.on_start(admitted, now)
         ttl = self.core.pools[admitted.pool].config.in_flight_ttl_s
         self._running[admitted.reservation_id] = _Ticket(admitted, now + 2 * ttl)
         self.record.admitted(admitted.pool, admitted.request.tier, waited_s)
+        return admitted
+
+    def _ended(self, rid: str) -> None:
+        if self.on_end is not None:
+            self.on_end(rid)
 
     def _resolve(self, outcomes: Iterable[Outcome], now: float) -> None:
         work = list(outcomes)
@@ -228,7 +243,7 @@ class Gate:
                 continue
             admitted = waiter.admitted
             if outcome.decision is Decision.ADMIT:
-                self._start(admitted, now, outcome.waited_s)
+                admitted = self._start(admitted, now, outcome.waited_s)
                 if not waiter.future.done():
                     waiter.future.set_result(admitted)
                 continue

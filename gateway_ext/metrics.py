@@ -35,6 +35,9 @@ class GatewayMetrics:
     pool_tokens_in_flight: Gauge
     pool_capacity: Gauge
     store_fallbacks: Counter
+    picks: Counter
+    pins: Counter
+    router_state_age: Gauge
 
     def observe_pool(self, pool: str, view: PoolView) -> None:
         """Set ``pool``'s gauges from an admission view."""
@@ -78,6 +81,14 @@ def make_metrics(registry: CollectorRegistry, namespace: str = "modelfleet_gatew
         store_fallbacks=Counter("bucket_store_fallbacks", "Bucket-store calls that failed and "
                                 "fell back to per-process buckets.", ["op"],
                                 namespace=namespace, registry=registry),
+        picks=Counter("replica_picks", "Replicas picked for admitted requests, by pool and "
+                      "reason (affinity, spilled, least_loaded, round_robin).", ["pool", "reason"],
+                      namespace=namespace, registry=registry),
+        pins=Counter("conversation_pins", "Version resolutions of conversations: a new pin or "
+                     "a pin kept.", ["outcome"], namespace=namespace, registry=registry),
+        router_state_age=Gauge("router_state_age_seconds", "Seconds since the router state in "
+                               "force was received (-1: none yet).", namespace=namespace,
+                               registry=registry),
     )
 
 

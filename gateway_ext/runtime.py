@@ -1,6 +1,7 @@
 """Everything the service runs on, built from :class:`~gateway_ext.settings.Settings` in named
-steps: config -> bucket store -> pools -> core -> gate, plus the usage flusher and the metrics
-registry. Nothing global: the app factory (:func:`gateway_ext.service.create_app`) receives it.
+steps: config -> bucket store -> pools -> pin store -> router -> core -> gate, plus the usage
+flusher and the metrics registry. Nothing global: the app factory
+(:func:`gateway_ext.service.create_app`) receives it and starts the router feed.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from gateway_ext.fallback_store import FallbackBucketStore
 from gateway_ext.gate import Gate
 from gateway_ext.metering import UsageMeter, UsageRow
 from gateway_ext.metrics import GatewayMetrics, make_metrics
+from gateway_ext.pins import FallbackPinStore, MemoryPinStore, PinStore, RedisPinStore
 from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
 from gateway_ext.redis_buckets import RedisBucketStore
 from gateway_ext.retry_budget import RetryBudget
+from gateway_ext.routing import Picking, Router, RoutingPolicy
 from gateway_ext.settings import Settings
 from gateway_ext.usage_spool import FlushResult, UsageFlusher, UsageSpool
 from gateway_ext.usage_store import UsageStore
-from gateway_ext.versions import version_chooser
 from modelfleet.config import PlatformConfig, load_config
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class Runtime:
     flusher: UsageFlusher
     usage_store: UsageStore
     registry: CollectorRegistry
+    router: Router
     closers: list[Callable[[], None]] = field(default_factory=list)
     tables_ready: bool = False
 
@@ -71,12 +74,12 @@ class Runtime:
         self.usage_store.dispose()
 
 
-def make_store(settings: Settings,
-               metrics: GatewayMetrics) -> tuple[BucketStore, list[Callable[[], None]]]:
+def make_store(settings: Settings, metrics: GatewayMetrics
+               ) -> tuple[BucketStore, list[Callable[[], None]], redis.Redis | None]:
     """Memory buckets, or Redis buckets that fail open to memory (see
-    :mod:`gateway_ext.fallback_store`); returns the store and what closes it."""
+    :mod:`gateway_ext.fallback_store`); returns the store, what closes it and the Redis client."""
     if settings.redis_url is None:
-        return MemoryBucketStore(), []
+        return MemoryBucketStore(), [], None
     client = redis.Redis.from_url(
         settings.redis_url, socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s, retry=Retry(NoBackoff(), 0))
@@ -84,7 +87,28 @@ def make_store(settings: Settings,
     store = FallbackBucketStore(
         primary, (redis.RedisError, OSError), time.monotonic, settings.redis_retry_s,
         on_fallback=lambda op: metrics.store_fallbacks.labels(op=op).inc())
-    return store, [client.close]
+    return store, [client.close], client
+
+
+def make_pins(settings: Settings, client: redis.Redis | None) -> PinStore:
+    """Conversation pins: in this process, or in Redis (shared by every gateway process) with
+    this process's memory while Redis is down."""
+    memory = MemoryPinStore(settings.pin_ttl_s, settings.pin_max_entries)
+    if client is None:
+        return memory
+    primary = RedisPinStore(client, settings.redis_prefix, settings.pin_ttl_s)
+    return FallbackPinStore(primary, memory, (redis.RedisError, OSError), settings.redis_retry_s)
+
+
+def make_router(settings: Settings, config: PlatformConfig, pools: list[str],
+                client: redis.Redis | None, metrics: GatewayMetrics,
+                rng: random.Random) -> Router:
+    """The router over ``pools`` (version pins, replica picks), counting picks and pins."""
+    policy = RoutingPolicy(Picking(settings.picking), settings.pick_bound,
+                           settings.pick_floor_fraction)
+    return Router(config, make_pins(settings, client), pools, policy, rng,
+                  on_pick=lambda pool, reason: metrics.picks.labels(pool, reason).inc(),
+                  on_pin=lambda outcome: metrics.pins.labels(outcome).inc())
 
 
 def build_runtime(settings: Settings, config: PlatformConfig | None = None,
@@ -95,17 +119,19 @@ def build_runtime(settings: Settings, config: PlatformConfig | None = None,
     rng = random.Random(settings.seed)
     registry = CollectorRegistry()
     metrics = make_metrics(registry)
-    store, closers = make_store(settings, metrics)
+    store, closers, client = make_store(settings, metrics)
     replicas = replicas_per_version(config, settings.replicas)
     pools = make_pools(config, pool_capacities(config, replicas), settings.max_queue,
                        settings.queue_timeouts_s)
+    router = make_router(settings, config, list(pools), client, metrics, rng)
     meter = UsageMeter(settings.region or config.local.region)
     core = GatewayCore(config, store, pools, RetryBudget(rng), meter,
-                       choose_version=version_chooser(config, rng),
+                       choose_version=router.choose_version,
                        max_body_bytes=settings.max_body_bytes)
-    gate = Gate(core, metrics, clock)
+    gate = Gate(core, metrics, clock, on_start=lambda admitted, _now: router.route(
+        admitted, router.clock()), on_end=router.release)
     for key in pools:
         metrics.observe_pool(key, pools[key].view())
     usage_store = UsageStore(settings.usage_db_url, settings.usage_table_prefix)
     flusher = UsageFlusher(meter, usage_store, UsageSpool(settings.spool))
-    return Runtime(settings, config, gate, flusher, usage_store, registry, closers)
+    return Runtime(settings, config, gate, flusher, usage_store, registry, router, closers)

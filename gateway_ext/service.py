@@ -10,6 +10,7 @@ Routes (on the gateway's own port; Envoy never routes clients here):
 | GET | ``/health`` | ``{status, queued, running, bucket_store}`` |
 | GET | ``/v1/debug/buckets/{team}/{model}`` | with ``debug``: a bucket's tokens left |
 | GET | ``/v1/debug/pools`` | with ``debug``: capacity, tokens in flight, queue per pool |
+| GET | ``/v1/debug/routing`` | with ``debug``: aliases, router state, per-replica load and bound |
 
 ``POST /authz/v1/chat/completions`` runs the whole decision; any other checked path only needs a
 valid key (401 otherwise) and is then answered by Envoy's routes (``GET /v1/models``, or 404).
@@ -25,6 +26,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
+import httpx
 from fastapi import FastAPI, HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
@@ -38,6 +40,7 @@ from gateway_ext.contract import AUTHZ_PATH_PREFIX, CHAT_PATH, SETTLE_PATH, SHED
 from gateway_ext.decision import Admitted, Refused
 from gateway_ext.errors import ApiError
 from gateway_ext.gate import UsageReport
+from gateway_ext.router_feed import RouterFeed
 from gateway_ext.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -86,21 +89,29 @@ async def wait_disconnect(receive: Receive) -> None:
 
 
 def create_app(runtime: Runtime) -> FastAPI:
-    """The service over ``runtime``; its lifespan runs the queue timer and the usage flush loop
-    and flushes once more at shutdown."""
+    """The service over ``runtime``; its lifespan runs the queue timer, the usage flush loop and
+    the router feed (state file at once, then the control plane's long poll), and flushes once
+    more at shutdown."""
     gate = runtime.gate
     settings = runtime.settings
+    client = httpx.AsyncClient()
+    feed = RouterFeed.over_http(
+        runtime.router, gate, client, settings.control_plane_url,
+        state_file=settings.router_state_file, write_file=settings.router_state_write,
+        wait_s=settings.router_poll_wait_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(gate.run_timer(), name="gateway-timer"),
-                 asyncio.create_task(_flush_loop(runtime), name="gateway-flush")]
+                 asyncio.create_task(_flush_loop(runtime), name="gateway-flush"),
+                 asyncio.create_task(feed.run(), name="gateway-router-feed")]
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await client.aclose()
             result = await runtime.flush()
             log.info("usage flushed at shutdown: %s", result)
             runtime.close()
@@ -108,6 +119,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app = FastAPI(title="modelfleet gateway_ext", lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url=None)
     app.state.runtime = runtime
+    app.state.router_feed = feed
 
     async def authz(request: Request) -> Response:
         path = "/" + request.path_params["path"]
@@ -137,13 +149,21 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         gate.observe_pools()
+        age = runtime.router.view()["age_s"]
+        gate.record.metrics.router_state_age.set(-1 if age is None else age)
         return Response(generate_latest(runtime.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         degraded = bool(getattr(gate.core.store, "degraded", False))
+        router = runtime.router
+        state = router.state
         return {"status": "ok", "queued": gate.queued, "running": gate.running,
-                "bucket_store": "fallback" if degraded else "ok"}
+                "bucket_store": "fallback" if degraded else "ok",
+                "router": {"source": router.source,
+                           "state_version": state.state_version if state else None,
+                           "instance_id": state.instance_id if state else None,
+                           "control_plane_silent_s": feed.staleness_s()}}
 
     if settings.debug:
         _add_debug_routes(app, runtime)
@@ -163,6 +183,10 @@ def _add_debug_routes(app: FastAPI, runtime: Runtime) -> None:
         now = refill(state, limit.tokens_per_minute, to_ms(runtime.gate.clock()))
         return {"team": team, "model": model, "tokens_per_minute": limit.tokens_per_minute,
                 "remaining_tokens": now.tokens, "touched": state is not None}
+
+    @app.get("/v1/debug/routing")
+    async def routing() -> dict[str, Any]:
+        return runtime.router.view()
 
     @app.get("/v1/debug/pools")
     async def pools() -> dict[str, Any]:

@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,6 +58,26 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0)
     seed: int | None = None
     """Seed of Retry-After jitter and the canary draw (None: from the OS)."""
+    control_plane_url: str | None = None
+    """The control plane's HTTP API: its router state is long-polled (``/v1/router/state``)."""
+    router_state_file: Path | None = None
+    """Router state read at start (the control plane's ``--state-file``, or this gateway's own
+    copy with ``router_state_write``), so a restart while the control plane is down keeps routing."""
+    router_state_write: bool = False
+    """Keep ``router_state_file`` current with each state received (when the gateway cannot read
+    the control plane's own file)."""
+    router_poll_wait_s: float = Field(default=1.0, gt=0, le=10)
+    """Longest long poll of the router state, seconds: the state is at most this old."""
+    pin_ttl_s: float = Field(default=3600.0, gt=0)
+    """A conversation idle this long (seconds) loses its version pin."""
+    pin_max_entries: int = Field(default=1_000_000, ge=1)
+    """Pins kept in this process's memory (without Redis, or while it is down)."""
+    picking: Literal["affinity", "least_tokens", "round_robin"] = "affinity"
+    """Replica picking: ring with bounded load (production), or a routing A/B baseline."""
+    pick_bound: float = Field(default=1.25, ge=1)
+    """Skip a replica above this multiple of its pool's average tokens in flight."""
+    pick_floor_fraction: float = Field(default=0.1, ge=0, le=1)
+    """...unless it holds at most this share of its load-tested tokens in flight."""
     debug: bool = False
     """Serve ``/v1/debug/*`` (bucket and pool state) on the gateway's own port."""
     log_level: str = "info"

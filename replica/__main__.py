@@ -3,7 +3,11 @@
     python -m replica --port 8001 --served-model-name chat-7b chat-7b@v13 \\
         --model-version v13 --replica-id chat-7b-v13-0 --region local \\
         --preset chat-7b --engine-params '{"max_num_seqs": 128}' --time-scale 10 \\
-        [--settle-url http://127.0.0.1:8090/v1/settle]
+        [--settle-url http://127.0.0.1:8090/v1/settle] \\
+        [--control-plane-url http://127.0.0.1:8081 --advertise-host 127.0.0.1] [--debug]
+
+The engine's app runs inside the modelfleet middleware (``replica.middleware``), as real vLLM does
+with ``--middleware``: flags that are not given fall back to the same ``MODELFLEET_*`` variables.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from collections.abc import Sequence
 import uvicorn
 
 from replica.chat import ReplicaConfig
+from replica.middleware_settings import MiddlewareSettings
 from replica.params import PRESETS, params_from_json, preset
-from replica.server import create_app
+from replica.server import serve_app
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -38,8 +43,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="chat-7b", help="engine parameters to start from")
     ap.add_argument("--engine-params", default=None, metavar="JSON",
                     help="JSON object of EngineParams fields overriding the preset")
-    ap.add_argument("--settle-url", default="",
+    ap.add_argument("--settle-url", default=None,
                     help="gateway_ext's settle endpoint: report the real usage of admitted requests")
+    ap.add_argument("--control-plane-url", default=None,
+                    help="the control plane's HTTP API: heartbeats every second")
+    ap.add_argument("--advertise-host", default=None,
+                    help="the address the control plane gives Envoy for this replica (default: --host)")
+    ap.add_argument("--debug", action="store_true",
+                    help="serve /v1/debug/engine (slow the engine down, make it fail)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return ap.parse_args(argv)
 
@@ -58,7 +69,24 @@ def config_from_args(args: argparse.Namespace) -> ReplicaConfig:
         region=args.region,
         seed=args.seed,
         time_scale=args.time_scale,
+        debug=args.debug,
+    )
+
+
+def middleware_settings(args: argparse.Namespace, config: ReplicaConfig) -> MiddlewareSettings:
+    """The middleware's settings: flags, else ``MODELFLEET_*`` variables. Raises ValueError."""
+    model, _, version = config.model_version.rpartition("@")
+    return MiddlewareSettings.from_env(
+        replica_id=args.replica_id or None,
+        host=args.advertise_host or (args.host if args.host not in ("0.0.0.0", "::") else None),
+        port=args.port or None,
+        region=args.region or None,
+        model=model or (config.served_model_names[0].partition("@")[0]
+                        if config.model_version else None),
+        version=version or None,
+        control_plane_url=args.control_plane_url,
         settle_url=args.settle_url,
+        time_scale=args.time_scale,
     )
 
 
@@ -67,12 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per beat and settle otherwise
     try:
         config = config_from_args(args)
+        settings = middleware_settings(args, config)
     except ValueError as exc:
         print(f"replica: {exc}", file=sys.stderr)
         return 2
-    app = create_app(config)
+    app = serve_app(config, settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                 access_log=False, timeout_graceful_shutdown=10)
     return 0

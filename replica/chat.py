@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 
 from fastapi import Request
@@ -18,15 +18,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from replica import tokens
-from replica.driver import EngineDriver, RequestHandle
+from replica.driver import EngineDead, EngineDriver, RequestHandle
 from replica.engine import EngineRequest
 from replica.generation import OutputPlan, plan_output
 from replica.params import CHAT_7B, EngineParams
 from replica.protocol import ChatCompletionRequest, ChunkWriter, completion_body, error_body, usage
-from replica.settle import Outcome, SettleReport, settle_report
-
-Settle = Callable[[SettleReport], None]
-"""Where the real usage of a request admitted by gateway_ext goes (``SettleReporter.report``)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +41,8 @@ class ReplicaConfig:
     time_scale: float = 1.0
     """Model seconds per wall second (10: ten times faster than real time)."""
     default_temperature: float = 1.0
-    settle_url: str = ""
-    """gateway_ext's settle endpoint; empty: usage is not reported."""
+    debug: bool = False
+    """Serve ``/v1/debug/engine`` (slow the engine down, make it fail) for failure tests."""
 
     def __post_init__(self) -> None:
         if not self.served_model_names:
@@ -128,15 +124,6 @@ def prepare(body: ChatCompletionRequest, config: ReplicaConfig) -> PreparedReque
     return PreparedRequest(model, prompt_ids, plan, bool(body.stream), include_usage)
 
 
-@dataclass
-class _Progress:
-    """Tokens a request has produced so far, and how it ended."""
-
-    produced: int = 0
-    outcome: Outcome = "client_disconnect"
-    reported: bool = field(default=False)
-
-
 class _EngineStream(StreamingResponse):
     """A streamed answer that tells the engine when the connection ends, however it ends."""
 
@@ -152,28 +139,15 @@ class _EngineStream(StreamingResponse):
 
 
 class ChatHandler:
-    """Serves chat completions from one engine driver."""
+    """Serves chat completions from one engine driver. Usage reporting, held headers and the
+    final event are the modelfleet middleware's (:mod:`replica.middleware`), as with real vLLM."""
 
-    def __init__(self, config: ReplicaConfig, driver: EngineDriver, settle: Settle | None = None) -> None:
+    def __init__(self, config: ReplicaConfig, driver: EngineDriver) -> None:
         self.config = config
         self.driver = driver
-        self.settle = settle
-
-    def _report(self, headers: dict[str, str], req: PreparedRequest | None, handle: RequestHandle | None,
-                progress: _Progress) -> None:
-        """Report a request's real usage once: prompt tokens only if prefill ran (a token came out)."""
-        if self.settle is None or progress.reported:
-            return
-        progress.reported = True
-        prompt = len(req.prompt_ids) if req is not None and progress.produced else 0
-        cached = handle.cached_tokens if handle is not None and prompt else 0
-        report = settle_report(headers, prompt, cached, progress.produced, progress.outcome)
-        if report is not None:
-            self.settle(report)
 
     async def __call__(self, body: ChatCompletionRequest, raw: Request) -> Response:
         """Answer one request: a JSON completion, an event stream, or a vLLM error."""
-        headers = dict(raw.headers)
         try:
             req = prepare(body, self.config)
             engine_id = uuid.uuid4().hex
@@ -183,24 +157,17 @@ class ChatHandler:
                 tokens.block_hashes(ids, self.config.params.block_size),
             ))
         except RequestError as exc:
-            self._report(headers, None, None, _Progress(outcome="rejected"))
             return exc.response()
+        except EngineDead as exc:
+            return RequestError(str(exc), HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError").response()
         except ValueError as exc:
-            self._report(headers, None, None, _Progress(outcome="rejected"))
             return RequestError(str(exc)).response()
         completion_id = f"chatcmpl-{raw.headers.get('x-request-id') or engine_id}"
         created = int(time.time())
-        progress = _Progress()
         if req.stream:
-            events = self._events(req, handle, ChunkWriter(completion_id, created, req.model), progress)
-
-            def closed() -> None:
-                self.driver.abort(engine_id)
-                self._report(headers, req, handle, progress)
-
-            return _EngineStream(events, closed)
-        finished = await self._wait_finished(handle, raw, progress)
-        self._report(headers, req, handle, progress)
+            events = self._events(req, handle, ChunkWriter(completion_id, created, req.model))
+            return _EngineStream(events, lambda: self.driver.abort(engine_id))
+        finished = await self._wait_finished(handle, raw)
         if not finished:
             self.driver.abort(engine_id)
             return RequestError("The request ended before the model finished.",
@@ -210,17 +177,12 @@ class ChatHandler:
                                             req.plan.finish_reason, req.plan.stop_reason, used))
 
     @staticmethod
-    async def _events(req: PreparedRequest, handle: RequestHandle, w: ChunkWriter,
-                      progress: _Progress) -> AsyncIterator[str]:
+    async def _events(req: PreparedRequest, handle: RequestHandle, w: ChunkWriter) -> AsyncIterator[str]:
         plan = req.plan
         while True:
             out = await handle.queue.get()
             if out is None:
-                progress.outcome = "error"
                 return  # engine stopped: the stream ends without [DONE], as a dropped connection
-            progress.produced = out.index + 1
-            if out.finished:
-                progress.outcome = "finished"
             if out.index == 0:
                 yield w.role()
             delta = plan.deltas[out.index]
@@ -234,18 +196,15 @@ class ChatHandler:
         yield w.done()
 
     @staticmethod
-    async def _wait_finished(handle: RequestHandle, raw: Request, progress: _Progress) -> bool:
+    async def _wait_finished(handle: RequestHandle, raw: Request) -> bool:
         """True once the last token is out; False if the client left or the engine stopped."""
 
         async def finished() -> bool:
             while True:
                 out = await handle.queue.get()
                 if out is None:
-                    progress.outcome = "error"
                     return False
-                progress.produced = out.index + 1
                 if out.finished:
-                    progress.outcome = "finished"
                     return True
 
         async def disconnected() -> None:

@@ -21,6 +21,10 @@ from replica.engine import Engine, EngineRequest, StepResult, TokenOutput
 log = logging.getLogger(__name__)
 
 
+class EngineDead(RuntimeError):
+    """The engine failed (as vLLM's ``EngineDeadError``): no request can be served any more."""
+
+
 class RequestHandle:
     """One request's view of the engine: its tokens arrive on ``queue``; ``None`` means it ended
     without finishing (engine stopped or failed)."""
@@ -52,17 +56,23 @@ class EngineDriver:
         self._on_step = on_step
         self._wall = wall
         self._wall0 = wall() - clock.now() / time_scale
+        self._max_lag_s = max_lag_s
         self._max_lag = max_lag_s * time_scale
         self._handles: dict[str, RequestHandle] = {}
         self._wake = asyncio.Event()
         self._stopping = False
+        self.dead = False
+        """Set by :meth:`fail`: the engine is gone, every request ends without its answer."""
 
     def model_now(self) -> float:
         """Model seconds corresponding to the wall clock now."""
         return (self._wall() - self._wall0) * self.time_scale
 
     def submit(self, request: EngineRequest) -> RequestHandle:
-        """Queue ``request`` on the engine; raises ``ValueError`` if the engine refuses it."""
+        """Queue ``request`` on the engine; raises ``ValueError`` if the engine refuses it and
+        :class:`EngineDead` after :meth:`fail`."""
+        if self.dead:
+            raise EngineDead("The engine has failed; this replica cannot serve requests.")
         if not self.engine.has_work:
             self.clock.set(max(self.clock.now(), self.model_now()))
         # While the loop sleeps through a step the engine clock already reads the step's end.
@@ -80,6 +90,26 @@ class EngineDriver:
     def stop(self) -> None:
         """Ask ``run`` to return after the current step; unfinished requests get ``None``."""
         self._stopping = True
+        self._wake.set()
+
+    def fail(self) -> None:
+        """Simulate an engine failure (a GPU error): every request held ends now without its
+        answer, new ones are refused with :class:`EngineDead`."""
+        self.dead = True
+        for handle in self._handles.values():
+            handle.queue.put_nowait(None)
+        self._handles.clear()
+        self.stop()
+
+    def set_time_scale(self, time_scale: float) -> None:
+        """Run at ``time_scale`` model seconds per wall second from now on (a slower or faster
+        GPU), keeping the model time already elapsed."""
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {time_scale}")
+        now = self.model_now()
+        self.time_scale = time_scale
+        self._wall0 = self._wall() - now / time_scale
+        self._max_lag = self._max_lag_s * time_scale
         self._wake.set()
 
     async def run(self) -> None:

@@ -1,10 +1,19 @@
-"""The replica's ASGI app: the routes of ``vllm serve`` over one simulated engine."""
+"""The replica's ASGI app: the routes of ``vllm serve`` over one simulated engine.
+
+This is the engine's app alone, as vLLM's is; ``python -m replica`` wraps it in the modelfleet
+middleware (:func:`serve_app`), as ``vllm serve --middleware`` does. With ``ReplicaConfig.debug``
+it also serves ``POST /v1/debug/engine`` for failure tests: ``{"slowdown": 20}`` runs the engine
+20 times slower than its time scale (1 restores it), ``{"fail": true}`` fails the engine as a GPU
+error would (``"exit": true`` then stops the process with SIGTERM, as vLLM's watchdog does).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
@@ -19,8 +28,9 @@ from replica.clock import ManualClock
 from replica.driver import EngineDriver
 from replica.engine import Engine
 from replica.metrics import ReplicaMetrics
+from replica.middleware import ModelfleetMiddleware
+from replica.middleware_settings import MiddlewareSettings
 from replica.protocol import ChatCompletionRequest, error_body, models_body
-from replica.settle import SettleReporter
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +56,6 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
     ``app.state.replica`` for in-process inspection.
     """
     replica = Replica(config, wall)
-    reporter = SettleReporter(config.settle_url) if config.settle_url else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,13 +70,10 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
                 await asyncio.wait_for(task, timeout=5.0)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
-            if reporter is not None:
-                await reporter.aclose()
 
     app = FastAPI(title="modelfleet simulated vLLM replica", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.replica = replica
-    app.state.settle_reporter = reporter
-    chat = ChatHandler(config, replica.driver, reporter.report if reporter else None)
+    chat = ChatHandler(config, replica.driver)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -102,4 +108,29 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
     async def metrics() -> Response:
         return Response(replica.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    if config.debug:
+        _add_debug_routes(app, replica)
+    return app
+
+
+def _add_debug_routes(app: FastAPI, replica: Replica) -> None:
+    @app.post("/v1/debug/engine")
+    async def engine(request: Request) -> JSONResponse:
+        body = await request.json()
+        slowdown = float(body.get("slowdown", 0) or 0)
+        if slowdown > 0:
+            replica.driver.set_time_scale(replica.config.time_scale / slowdown)
+        if body.get("fail"):
+            replica.driver.fail()
+            if body.get("exit"):
+                asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+        return JSONResponse({"time_scale": replica.driver.time_scale, "dead": replica.driver.dead})
+
+
+def serve_app(config: ReplicaConfig, settings: MiddlewareSettings,
+              wall: Callable[[], float] = time.monotonic) -> FastAPI:
+    """The replica as it runs: the engine's app wrapped in the modelfleet middleware (what
+    ``vllm serve --middleware replica.middleware.ModelfleetMiddleware`` runs)."""
+    app = create_app(config, wall)
+    app.add_middleware(ModelfleetMiddleware, settings=settings)
     return app

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -47,6 +48,10 @@ def register(sub: Any) -> None:
                    help="the gateway's usage database (default: SQLite .modelfleet/usage.db)")
     p.add_argument("--redis-url", default=None,
                    help="token buckets in Redis (default: in the gateway's memory)")
+    p.add_argument("--control-plane-restart-delay", type=float, default=1.0, metavar="S",
+                   help="restart a control plane that died after S seconds (Envoy and the gateway "
+                   "keep serving meanwhile from their last state); negative: stop everything "
+                   "instead")
     p.add_argument("--json", action="store_true", help="print the connection facts as JSON when ready")
     p.set_defaults(run=run)
 
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(facts, indent=2), flush=True)
         else:
             print(_banner(facts, facts_path), flush=True)
-        code = _watch(stack, stop_requested)
+        code = _watch(stack, stop_requested, args.control_plane_restart_delay, facts_path)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -134,19 +139,31 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _watch(stack: LocalStack, stop_requested: threading.Event) -> int:
-    """Wait for a stop; report children that die; give up if Envoy, the gateway or the control
-    plane does (no request can be served without them)."""
+def _watch(stack: LocalStack, stop_requested: threading.Event, restart_delay_s: float,
+           facts_path: Path) -> int:
+    """Wait for a stop; report children that die; give up if Envoy or the gateway does (no
+    request can be served without them). A control plane that dies is restarted after
+    ``restart_delay_s`` seconds (as Kubernetes would): it is not in the request path."""
     reported: set[int] = set()
-    while not stop_requested.wait(1.0):
+    restart_at: float | None = None
+    while not stop_requested.wait(0.2):
         for child in stack.dead_children():
             if child.pid in reported:
                 continue
             reported.add(child.pid)
             print(f"modelfleet up: {child.name} (pid {child.pid}) exited with {child.popen.returncode}; "
                   f"log: {child.log}", file=sys.stderr, flush=True)
-            if child.role in ("envoy", "gateway", "control-plane"):
+            if child.role in ("envoy", "gateway") or (child.role == "control-plane"
+                                                      and restart_delay_s < 0):
                 return 1
+            if child.role == "control-plane":
+                restart_at = time.monotonic() + restart_delay_s
+        if restart_at is not None and time.monotonic() >= restart_at:
+            restart_at = None
+            cp = stack.restart_control_plane()
+            write_state(facts_path, stack.facts)
+            print(f"modelfleet up: control plane restarted (pid {cp.pid})", file=sys.stderr,
+                  flush=True)
     return 0
 
 

@@ -41,9 +41,11 @@ def served_model_names(version: Version) -> list[str]:
 
 
 def replica_argv(version: Version, replica_id: str, host: str, port: int, region: str,
-                 time_scale: float, seed: int, settle_url: str = "") -> list[str]:
-    """The command line of one simulated replica of ``version`` on ``host:port``, reporting the
-    usage of admitted requests to ``settle_url`` (gateway_ext) if given."""
+                 time_scale: float, seed: int, settle_url: str = "", control_plane_url: str = "",
+                 debug: bool = False) -> list[str]:
+    """The command line of one simulated replica of ``version`` on ``host:port``: its
+    middleware reports the usage of admitted requests to ``settle_url`` (gateway_ext) and beats
+    to ``control_plane_url``, if given; ``debug`` serves its failure-test endpoint."""
     return python_module(
         "replica",
         "--host", host,
@@ -56,13 +58,19 @@ def replica_argv(version: Version, replica_id: str, host: str, port: int, region
         "--time-scale", repr(time_scale),
         "--engine-params", json.dumps(engine_params(version)),
         *(["--settle-url", settle_url] if settle_url else []),
+        *(["--control-plane-url", control_plane_url, "--advertise-host", host]
+          if control_plane_url else []),
+        *(["--debug"] if debug else []),
     )
 
 
 def gateway_argv(config_dir: Path, host: str, port: int, usage_db_url: str, spool: Path, region: str,
-                 redis_url: str | None = None, debug: bool = False) -> list[str]:
-    """The command line of gateway_ext on ``host:port`` for the local stack. Other settings come
-    from ``MODELFLEET_GATEWAY_*`` variables in the environment (``gateway_ext.settings``)."""
+                 redis_url: str | None = None, debug: bool = False, control_plane_url: str = "",
+                 router_state_file: Path | None = None) -> list[str]:
+    """The command line of gateway_ext on ``host:port`` for the local stack: it long-polls the
+    router state of ``control_plane_url`` and starts from ``router_state_file`` if the control
+    plane is down. Other settings come from ``MODELFLEET_GATEWAY_*`` variables in the
+    environment (``gateway_ext.settings``)."""
     return python_module(
         "gateway_ext",
         "--config", str(config_dir),
@@ -73,4 +81,6 @@ def gateway_argv(config_dir: Path, host: str, port: int, usage_db_url: str, spoo
         "--region", region,
         *(["--redis-url", redis_url] if redis_url else []),
         *(["--debug"] if debug else []),
+        *(["--control-plane-url", control_plane_url] if control_plane_url else []),
+        *(["--router-state-file", str(router_state_file)] if router_state_file else []),
     )

@@ -6,6 +6,13 @@ which settle to it, and before Envoy, which checks every request with it) and re
 connection facts; ``LocalStack.stop`` stops every child by its PID: Envoy first so no request is
 cut at a replica that is already gone, then the replicas (their last settles reach the gateway),
 then the gateway (it flushes usage on the way out), then the control plane.
+
+The control plane keeps the router state in ``state_dir/router-state.json`` (``--state-file``;
+its registry lands beside it in ``registry.db``): the gateway long-polls it over HTTP and starts
+from the file if the control plane is down, and ``LocalStack.restart_control_plane`` starts a
+dead control plane again on the same ports, from those files (files left by an earlier stack
+are removed at start: its replicas are gone).
+The replicas beat to the control plane every second (their middleware) and settle to the gateway.
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ class StackOptions:
     redis_url: str | None = None
     """Token buckets in Redis (default: in the gateway's memory)."""
 
+    @property
+    def router_state_file(self) -> Path:
+        """The control plane's ``--state-file``, which the gateway starts from."""
+        return (self.state_dir / "router-state.json").resolve()
+
 
 @dataclass
 class LocalStack:
@@ -55,6 +67,7 @@ class LocalStack:
     options: StackOptions
     children: list[proc.Child] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    control_plane_argv: list[str] = field(default_factory=list)
 
     @property
     def log_dir(self) -> Path:
@@ -83,6 +96,11 @@ class LocalStack:
 
     def _start_control_plane(self, opts: StackOptions, say: Any) -> proc.Child:
         xds_port, http_port = proc.free_port(), proc.free_port()
+        # Beside --state-file the control plane also keeps its registry (registry.db): both
+        # describe an earlier stack's replicas and changes, so each `up` starts without them, as
+        # it did with an in-memory registry; a control plane restarted by `up` keeps both.
+        for stale in (opts.router_state_file, opts.router_state_file.with_name("registry.db")):
+            stale.unlink(missing_ok=True)
         argv = proc.python_module(
             "envoy_control",
             "--config", str(opts.config_dir.resolve()),
@@ -90,21 +108,40 @@ class LocalStack:
             "--xds-port", str(xds_port),
             "--http-port", str(http_port),
             "--listener-port", str(opts.port),
+            "--state-file", str(opts.router_state_file),
             *(["--debug"] if opts.debug else []),
         )
         say(f"control plane: xDS on {HOST}:{xds_port}, HTTP on {HOST}:{http_port}")
         cp = proc.spawn("control-plane", "control-plane", argv, http_port, self.log_dir)
+        self.control_plane_argv = argv
         cp.extra["xds_port"] = xds_port
         self.children.append(cp)
         proc.wait_until(proc.http_ok(f"http://{HOST}:{http_port}/health"), READY_TIMEOUT_S, "control plane", cp)
+        return cp
+
+    def restart_control_plane(self) -> proc.Child:
+        """Start the (dead) control plane again with the same command line and ports; it
+        restores the replicas from the state file. Returns the new child."""
+        old = next(c for c in self.children if c.role == "control-plane")
+        if old.alive():
+            raise RuntimeError("the control plane is running")
+        cp = proc.spawn(old.name, old.role, self.control_plane_argv, old.port, self.log_dir)
+        cp.extra.update(old.extra)
+        self.children[self.children.index(old)] = cp
+        proc.wait_until(proc.http_ok(f"http://{HOST}:{cp.port}/health"), READY_TIMEOUT_S,
+                        "control plane", cp)
+        self.facts["processes"] = [c.as_dict() for c in self.children]
         return cp
 
     def _start_gateway(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
         port = proc.free_port()
         state = opts.state_dir.resolve()
         usage_db = self._usage_db_url()
+        cp = next(c for c in self.children if c.role == "control-plane")
         argv = gateway_argv(opts.config_dir.resolve(), HOST, port, usage_db, state / "usage-spool.jsonl",
-                            cfg.local.region, redis_url=opts.redis_url, debug=opts.debug)
+                            cfg.local.region, redis_url=opts.redis_url, debug=opts.debug,
+                            control_plane_url=f"http://{HOST}:{cp.port}",
+                            router_state_file=opts.router_state_file)
         say(f"gateway: ext_authz and settle on {HOST}:{port}, usage in {redact_password(usage_db)}")
         gateway = proc.spawn("gateway", "gateway", argv, port, self.log_dir)
         self.children.append(gateway)
@@ -124,7 +161,8 @@ class LocalStack:
             assert version is not None  # checked by load_config
             port = proc.free_port()
             argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region, time_scale,
-                                opts.seed + plan.index, settle_url=_settle_url(gateway))
+                                opts.seed + plan.index, settle_url=_settle_url(gateway),
+                                control_plane_url=f"http://{HOST}:{cp.port}", debug=opts.debug)
             child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target)
             child.extra["replica_id"] = plan.replica_id
             self.children.append(child)

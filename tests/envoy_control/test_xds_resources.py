@@ -14,6 +14,7 @@ from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_p
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
 from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
 from envoy_control.body_filter import BODY_INVALID, REQUEST_METADATA
 from envoy_control.body_routes import canary_weights
@@ -50,7 +51,11 @@ def test_one_ring_hash_cluster_per_version(
         assert isinstance(c, cluster_pb2.Cluster)
         assert c.type == cluster_pb2.Cluster.EDS
         assert c.eds_cluster_config.eds_config.HasField("ads")
-        (policy,) = c.load_balancing_policy.policies
+        (outer,) = c.load_balancing_policy.policies
+        assert outer.typed_extension_config.name == "envoy.load_balancing_policies.override_host"
+        override = override_host_pb2.OverrideHost()
+        outer.typed_extension_config.typed_config.Unpack(override)
+        (policy,) = override.fallback_policy.policies  # the gateway's pick, else the ring
         assert policy.typed_extension_config.name == "envoy.load_balancing_policies.ring_hash"
         ring = ring_hash_pb2.RingHash()
         policy.typed_extension_config.typed_config.Unpack(ring)
@@ -98,7 +103,9 @@ def test_route_actions_suit_long_streams(
         "connect-failure",
         "refused-stream",
         "reset",
+        "retriable-status-codes",
     }
+    assert list(action.retry_policy.retriable_status_codes) == [503]
     assert (
         action.retry_policy.retry_host_predicate[0].name
         == "envoy.retry_host_predicates.previous_hosts"

@@ -1,5 +1,6 @@
-"""Settle reporting: a request the gateway admitted reports its real usage when it ends, however
-it ends; a request without a reservation reports nothing; a failing gateway is retried, bounded."""
+"""Settle reporting (the modelfleet middleware around the simulated engine): a request the gateway
+admitted reports its real usage when it ends, however it ends; a request without a reservation
+reports nothing; a failing gateway is retried, bounded."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from replica.chat import ReplicaConfig
+from replica.middleware_settings import MiddlewareSettings
 from replica.params import CHAT_7B
-from replica.server import create_app
+from replica.server import serve_app
 from replica.settle import SettleReport, SettleReporter, settle_report
 from replica.testing import serve_in_thread, sse_json
 
@@ -64,8 +66,10 @@ def gateway() -> Iterator[tuple[Gateway, str]]:
 def replica(gateway: tuple[Gateway, str]) -> Iterator[str]:
     config = ReplicaConfig(served_model_names=("chat-7b", "chat-7b@v13"), params=CHAT_7B,
                            model_version="v13", replica_id="chat-7b@v13-0", seed=1,
-                           time_scale=20.0, settle_url=gateway[1] + "/v1/settle")
-    with serve_in_thread(create_app(config)) as url:
+                           time_scale=20.0)
+    settings = MiddlewareSettings(replica_id="chat-7b@v13-0", model="chat-7b", version="v13",
+                                  settle_url=gateway[1] + "/v1/settle", handle_sigterm=False)
+    with serve_in_thread(serve_app(config, settings)) as url:
         yield url
 
 

@@ -1,0 +1,147 @@
+"""Conversation pins: conversation -> the version it started on, bounded and expiring.
+
+One operation, :meth:`PinStore.resolve`: keep the existing pin if it is still valid (and refresh
+its TTL), else write the candidate; both stores apply :func:`gateway_ext.versions.settle_pin`.
+
+* :class:`MemoryPinStore`: one process's map, least recently used first out past
+  ``max_entries``, each pin forgotten ``ttl_s`` seconds after its conversation's last turn
+  (clock injected).
+* :class:`RedisPinStore`: every gateway process agrees; one Lua script per turn (read, compare,
+  write or refresh, atomically), keys ``<prefix>:pin:{<model>}:<conversation id>`` with a
+  ``PX`` TTL that slides with each turn.
+* :class:`FallbackPinStore`: Redis, and this process's memory for ``retry_s`` seconds after a
+  Redis failure (a conversation whose pin lives only in Redis is split again meanwhile: it
+  keeps its version unless the canary percent changed since it started).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from typing import Protocol
+
+import redis
+
+from gateway_ext.versions import settle_pin
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL_S = 3600.0
+"""A conversation idle this long (seconds) starts afresh: a new split, a new pin."""
+DEFAULT_MAX_ENTRIES = 1_000_000
+"""Pins one process keeps in memory (about 150 bytes each)."""
+
+RESOLVE_SCRIPT = """
+local pinned = redis.call('GET', KEYS[1])
+if pinned then
+  for i = 3, #ARGV do
+    if ARGV[i] == pinned then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return {pinned, 0}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[1], 1}
+"""
+"""KEYS: pin key. ARGV: candidate, ttl ms, valid versions... Returns {version, written}."""
+
+
+class PinStore(Protocol):
+    """Where conversation pins live."""
+
+    def resolve(self, model: str, conversation_id: str, candidate: str,
+                valid: Collection[str]) -> tuple[str, bool]:
+        """``(version, new_pin)``: the conversation's pin if it is one of ``valid`` (its TTL
+        refreshed), else ``candidate``, now pinned."""
+        ...
+
+
+class MemoryPinStore:
+    """Pins of one process: at most ``max_entries``, each ``ttl_s`` seconds past its last use;
+    ``clock`` in seconds."""
+
+    def __init__(self, ttl_s: float = DEFAULT_TTL_S, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
+        self._pins: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def resolve(self, model: str, conversation_id: str, candidate: str,
+                valid: Collection[str]) -> tuple[str, bool]:
+        """See :meth:`PinStore.resolve`."""
+        now = self.clock()
+        key = (model, conversation_id)
+        found = self._pins.get(key)
+        existing = found[0] if found is not None and found[1] > now else None
+        version, written = settle_pin(existing, candidate, valid)
+        self._pins[key] = (version, now + self.ttl_s)
+        self._pins.move_to_end(key)
+        self._trim(now)
+        return version, written
+
+    def _trim(self, now: float) -> None:
+        while len(self._pins) > self.max_entries:
+            self._pins.popitem(last=False)
+        while self._pins:  # least recently used first: expired ones sit at the front
+            key, (_, expires) = next(iter(self._pins.items()))
+            if expires > now:
+                break
+            del self._pins[key]
+
+
+class RedisPinStore:
+    """Pins shared by every gateway process through Redis (see :data:`RESOLVE_SCRIPT`)."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "mf",
+                 ttl_s: float = DEFAULT_TTL_S) -> None:
+        self.client, self.prefix, self.ttl_s = client, prefix, ttl_s
+        self._script = client.register_script(RESOLVE_SCRIPT)
+
+    def key(self, model: str, conversation_id: str) -> str:
+        """The Redis key of a pin (hash tag on the model)."""
+        return f"{self.prefix}:pin:{{{model}}}:{conversation_id}"
+
+    def resolve(self, model: str, conversation_id: str, candidate: str,
+                valid: Collection[str]) -> tuple[str, bool]:
+        """See :meth:`PinStore.resolve`; raises ``redis.RedisError`` when Redis fails."""
+        args: list[str | int] = [candidate, max(1, round(self.ttl_s * 1000)), *valid]
+        version, written = self._script(keys=[self.key(model, conversation_id)], args=args)
+        text = version.decode() if isinstance(version, bytes) else str(version)
+        return text, bool(written)
+
+
+class FallbackPinStore:
+    """``primary`` (Redis), falling back to ``fallback`` (memory) for ``retry_s`` seconds after a
+    failure of one of ``errors``; ``on_fallback`` is called at each failure."""
+
+    def __init__(self, primary: PinStore, fallback: PinStore,
+                 errors: tuple[type[BaseException], ...], retry_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_fallback: Callable[[], None] | None = None) -> None:
+        self.primary, self.fallback, self.errors = primary, fallback, errors
+        self.retry_s, self.clock, self.on_fallback = retry_s, clock, on_fallback
+        self._down_until = 0.0
+
+    @property
+    def degraded(self) -> bool:
+        """True while pins are kept in this process only."""
+        return self.clock() < self._down_until
+
+    def resolve(self, model: str, conversation_id: str, candidate: str,
+                valid: Collection[str]) -> tuple[str, bool]:
+        """See :meth:`PinStore.resolve`."""
+        if not self.degraded:
+            try:
+                return self.primary.resolve(model, conversation_id, candidate, valid)
+            except self.errors as exc:
+                log.warning("pin store unreachable, pinning in this process for %.1f s: %s",
+                            self.retry_s, exc.__class__.__name__)
+                self._down_until = self.clock() + self.retry_s
+                if self.on_fallback is not None:
+                    self.on_fallback()
+        return self.fallback.resolve(model, conversation_id, candidate, valid)

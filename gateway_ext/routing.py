@@ -1,0 +1,204 @@
+"""The gateway's router: version resolution with pins, and the replica pick Envoy follows.
+
+:class:`Router` holds the control plane's latest :class:`~envoy_control.router_state.RouterState`
+(aliases, routable replicas and their reported tokens in flight), the pin store and the
+:class:`~gateway_ext.replica_load.SentLedger`. It decides on plain data with a clock passed in;
+the long poll that feeds it is :mod:`gateway_ext.router_feed`.
+
+* :meth:`Router.choose_version` (step 6 of the decision): explicit ``@vN``, else the pinned
+  version, else the canary split, pinned (:mod:`gateway_ext.versions`). Aliases come from the
+  router state, or from the gateway's own config until a state arrives.
+* :meth:`Router.route` (when a request is admitted, at once or out of the queue): a replica of
+  the version's pool by :mod:`gateway_ext.picking` over the routable replicas, loads = last
+  report + sent since; the choice and its fallbacks go to Envoy as ``ip:port,ip:port,...`` in
+  ``x-gateway-destination-endpoint`` (Envoy's ``override_host`` policy tries them in order, one
+  per attempt; an address not in the cluster is skipped). No state or no replica: no header,
+  and Envoy's ring hash (``hash_balance_factor`` 125) picks.
+* :meth:`Router.apply_state`: a new state; returns each pool's capacity (routable replicas x
+  the version's load-tested tokens in flight per replica) for admission.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from envoy_control.router_state import ModelAlias, PoolRoute, RouterState
+
+from gateway_ext.contract import DESTINATION_HEADER
+from gateway_ext.decision import Admitted
+from gateway_ext.picking import (
+    Pick,
+    Ring,
+    build_ring,
+    over_bound,
+    pick,
+    pick_least_loaded,
+    pick_round_robin,
+)
+from gateway_ext.pins import PinStore
+from gateway_ext.replica_load import SentLedger
+from gateway_ext.request import ChatRequest
+from gateway_ext.versions import VersionReason, alias_of, choose, pin_targets
+from modelfleet.config.schema import PlatformConfig
+
+
+class Picking(StrEnum):
+    """Replica-picking policies (the routing A/B's three; production runs ``affinity``)."""
+
+    AFFINITY = "affinity"
+    LEAST_TOKENS = "least_tokens"
+    ROUND_ROBIN = "round_robin"
+
+
+@dataclass(frozen=True)
+class RoutingPolicy:
+    """``bound``: skip a replica above this multiple of the pool's average tokens in flight,
+    unless it holds at most ``floor_fraction`` of its load-tested tokens in flight;
+    ``max_fallbacks``: addresses after the choice, for Envoy's retries."""
+
+    picking: Picking = Picking.AFFINITY
+    bound: float = 1.25
+    floor_fraction: float = 0.1
+    max_fallbacks: int = 2
+
+
+class Router:
+    """Version resolution and replica picking for the pools in ``pools`` (``model@version``)."""
+
+    def __init__(self, config: PlatformConfig, pins: PinStore, pools: Collection[str],
+                 policy: RoutingPolicy | None = None, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_pick: Callable[[str, str], None] | None = None,
+                 on_pin: Callable[[str], None] | None = None) -> None:
+        self.config, self.pins, self.pools = config, pins, frozenset(pools)
+        self.policy = policy or RoutingPolicy()
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.ledger = SentLedger()
+        self.state: RouterState | None = None
+        self.state_received_at: float | None = None
+        self.source = "config"
+        """Where the routing comes from: ``config`` (no state yet), ``file`` or ``control-plane``."""
+        self._on_pick, self._on_pin = on_pick, on_pin
+        self._rings: dict[str, Ring] = {}
+        self._turns: dict[str, int] = {}
+
+    def alias(self, model: str) -> ModelAlias | None:
+        """Where ``model``'s traffic goes: the router state's alias, else the config's; a canary
+        this gateway has no pool for is left out."""
+        alias = self.state.alias(model) if self.state is not None else None
+        if alias is None:
+            declared = self.config.model(model)
+            alias = alias_of(declared) if declared is not None else None
+        if alias is not None and alias.canary and f"{model}@{alias.canary}" not in self.pools:
+            alias = replace(alias, canary=None, canary_percent=0.0)
+        return alias
+
+    def choose_version(self, request: ChatRequest) -> str:
+        """The version (``v13``) of an authorized, parsed request; see :mod:`gateway_ext.versions`."""
+        alias = self.alias(request.model)
+        if alias is None:
+            raise ValueError(f"unknown model {request.model!r}")
+        cid = request.conversation_id
+        draw = self.rng.random() if not cid else 0.0
+        choice = choose(alias, request.version, cid, draw)
+        if choice.reason is not VersionReason.SPLIT or not cid:
+            return choice.version
+        version, written = self.pins.resolve(request.model, cid, choice.version,
+                                             pin_targets(alias))
+        if self._on_pin is not None:
+            self._on_pin("new" if written else "kept")
+        return version
+
+    def route(self, admitted: Admitted, now: float) -> Admitted:
+        """``admitted`` with ``x-gateway-destination-endpoint`` set, its tokens counted on the
+        chosen replica; unchanged when the pool has no routable replica in the state."""
+        pool = self.state.pool(admitted.pool) if self.state is not None else None
+        if pool is None or not pool.replicas:
+            return admitted
+        loads = self.ledger.loads({r.replica_id: r.tokens_in_flight for r in pool.replicas})
+        chosen = self.pick(pool, admitted.request.conversation_id, loads)
+        self.ledger.add(admitted.reservation_id, chosen.replica,
+                        admitted.request.reserve_tokens, now)
+        if self._on_pick is not None:
+            self._on_pick(pool.key, str(chosen.reason))
+        address = {r.replica_id: r.address for r in pool.replicas}
+        value = ",".join(address[r] for r in (chosen.replica, *chosen.fallbacks))
+        return replace(admitted, headers={**admitted.headers, DESTINATION_HEADER: value})
+
+    def pick(self, pool: PoolRoute, conversation_id: str | None,
+             loads: Mapping[str, int]) -> Pick:
+        """The policy's pick among ``pool``'s routable replicas (``loads`` in tokens)."""
+        ids = tuple(r.replica_id for r in pool.replicas)
+        fallbacks = self.policy.max_fallbacks
+        if self.policy.picking is Picking.LEAST_TOKENS:
+            return pick_least_loaded(ids, loads, fallbacks)
+        if self.policy.picking is Picking.ROUND_ROBIN:
+            turn = self._turns.get(pool.key, 0)
+            self._turns[pool.key] = turn + 1
+            return pick_round_robin(ids, turn, fallbacks)
+        return pick(self._ring(pool.key, ids), conversation_id, loads, self.policy.bound,
+                    fallbacks, self.floor_tokens(pool))
+
+    def floor_tokens(self, pool: PoolRoute) -> int:
+        """Tokens in flight below which a replica is never skipped for load."""
+        return round(self.policy.floor_fraction * self.replica_capacity(pool))
+
+    def replica_capacity(self, pool: PoolRoute) -> int:
+        """Load-tested tokens in flight of one replica of ``pool`` (state, else config)."""
+        if pool.replica_capacity_tokens is not None:
+            return pool.replica_capacity_tokens
+        declared = self.config.version(pool.model, pool.version)
+        return declared.capacity.tokens_in_flight if declared is not None else 0
+
+    def _ring(self, key: str, ids: tuple[str, ...]) -> Ring:
+        ring = self._rings.get(key)
+        if ring is None or ring.replicas != tuple(sorted(ids)):
+            ring = self._rings[key] = build_ring(ids)
+        return ring
+
+    def release(self, request_id: str) -> None:
+        """A routed request ended (settled or abandoned)."""
+        self.ledger.remove(request_id)
+
+    def apply_state(self, state: RouterState, now: float, source: str = "control-plane"
+                    ) -> dict[str, int]:
+        """Route on ``state`` from ``now`` (seconds); returns capacity (tokens in flight) per pool
+        this gateway admits to: 0 for a pool the state does not serve."""
+        self.state, self.state_received_at, self.source = state, now, source
+        self.ledger.reported(now)
+        self.ledger.expire(now)
+        out = {}
+        for key in sorted(self.pools):
+            pool = state.pool(key)
+            out[key] = 0 if pool is None else self.replica_capacity(pool) * len(pool.replicas)
+        return out
+
+    def view(self) -> dict[str, Any]:
+        """The routing as this gateway sees it now (debug endpoint): per pool and replica, the
+        reported and pending tokens, the load and whether it is over the bound."""
+        state = self.state
+        out: dict[str, Any] = {
+            "source": self.source, "picking": str(self.policy.picking),
+            "state_version": state.state_version if state else None,
+            "instance_id": state.instance_id if state else None,
+            "age_s": None if self.state_received_at is None
+            else round(self.clock() - self.state_received_at, 3),
+            "aliases": {m.name: (a.__dict__ if (a := self.alias(m.name)) else None)
+                        for m in self.config.models},
+            "pools": {},
+        }
+        for pool in state.pools if state else ():
+            reported = {r.replica_id: r.tokens_in_flight for r in pool.replicas}
+            loads = self.ledger.loads(reported)
+            over = over_bound(loads, list(loads), self.policy.bound, self.floor_tokens(pool))
+            out["pools"][pool.key] = {"floor_tokens": self.floor_tokens(pool), "replicas": [
+                {"replica_id": r.replica_id, "address": r.address, "reported": r.tokens_in_flight,
+                 "pending": self.ledger.pending(r.replica_id), "load": loads[r.replica_id],
+                 "over_bound": r.replica_id in over} for r in pool.replicas]}
+        return out
