@@ -26,6 +26,7 @@ from gateway_ext.metering import UsageMeter
 from gateway_ext.picking import Ring, build_ring, pick, pick_least_loaded, pick_round_robin
 from gateway_ext.request import ChatRequest
 from gateway_ext.retry_budget import RetryBudget, retry_after_headers
+from gateway_ext.routing import RoutingPolicy
 from modelfleet.config.schema import PlatformConfig
 from sim.arrivals import Arrival
 
@@ -50,6 +51,9 @@ class SimGateway:
         self.routing = routing
         self.bound = bound
         self.capacity_tokens_per_replica = capacity_tokens_per_replica
+        # the production picker's floor: a replica holding at most this many tokens in flight is
+        # never skipped for load (gateway_ext.routing.RoutingPolicy.floor_fraction)
+        self.floor_tokens = round(RoutingPolicy().floor_fraction * capacity_tokens_per_replica)
         self.store = MemoryBucketStore()
         self.pool = PoolAdmission(0, admission or AdmissionConfig())
         self.core = GatewayCore(config, self.store, {self.pool_key: self.pool},
@@ -85,7 +89,8 @@ class SimGateway:
             raise RuntimeError("no serving replica to pick from")
         loads = {r: self.reported.get(r, 0) + self.sent.get(r, 0) for r in self.members}
         if self.routing is Routing.AFFINITY:
-            chosen = pick(self.ring, conversation_id, loads, self.bound).replica
+            chosen = pick(self.ring, conversation_id, loads, self.bound,
+                          floor_tokens=self.floor_tokens).replica
         elif self.routing is Routing.LEAST_LOADED:
             chosen = pick_least_loaded(self.members, loads).replica
         else:
