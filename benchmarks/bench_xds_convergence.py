@@ -38,7 +38,9 @@ import yaml
 from envoy_control.envoy_process import EnvoyProcess, free_port, start_envoy, stop_envoy
 
 REPO = Path(__file__).resolve().parents[1]
-KINDS = ("replica-add", "canary", "version-add", "replica-remove", "version-remove")
+KINDS = ("replica-add", "shadow", "version-add", "replica-remove", "version-remove")
+"""Change kinds. The canary split is the gateway's (router state), not Envoy's, so a canary change
+is not an xDS change; a shadow-fraction change is (Envoy mirrors the requests)."""
 
 
 def generate_config(models: int, versions: int) -> dict[str, Any]:
@@ -241,9 +243,9 @@ def run(opts: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
                     bench.put_replica(f"extra-{n}", model, "v1", 30000 + n)
                 elif kind == "replica-remove":
                     bench.http.delete(f"{bench.url}/v1/replicas/extra-{n - 3}").raise_for_status()
-                elif kind == "canary":
+                elif kind == "shadow":
                     m = next(x for x in bench.data["models"] if x["name"] == model)
-                    m["canary"]["percent"] = 10 + (n % 40)
+                    m["shadow"] = {"version": "v3", "fraction": round(0.01 + (n % 40) / 1000, 3)}
                     bench.reload()
                 elif kind == "version-add":
                     base = next(v for v in bench.data["versions"] if v["model"] == model)
