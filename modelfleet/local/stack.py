@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ class LocalStack:
     children: list[proc.Child] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     control_plane_argv: list[str] = field(default_factory=list)
+    admin_token: str = ""
 
     @property
     def log_dir(self) -> Path:
@@ -101,9 +103,12 @@ class LocalStack:
         # it did with an in-memory registry; a control plane restarted by `up` keeps both.
         for stale in (opts.router_state_file, opts.router_state_file.with_name("registry.db")):
             stale.unlink(missing_ok=True)
+        token_file = opts.state_dir / "admin-token"
+        write_admin_token(token_file)
         argv = proc.python_module(
             "envoy_control",
             "--config", str(opts.config_dir.resolve()),
+            "--admin-token-file", str(token_file.resolve()),
             "--host", HOST,
             "--xds-port", str(xds_port),
             "--http-port", str(http_port),
@@ -115,6 +120,7 @@ class LocalStack:
         cp = proc.spawn("control-plane", "control-plane", argv, http_port, self.log_dir)
         self.control_plane_argv = argv
         cp.extra["xds_port"] = xds_port
+        self.admin_token = token_file.read_text().strip()
         self.children.append(cp)
         proc.wait_until(proc.http_ok(f"http://{HOST}:{http_port}/health"), READY_TIMEOUT_S, "control plane", cp)
         return cp
@@ -225,6 +231,8 @@ class LocalStack:
                 "http_url": f"http://{HOST}:{cp.port}",
                 "xds_address": f"{HOST}:{cp.extra['xds_port']}",
             },
+            "admin_url": f"http://{HOST}:{cp.port}",
+            "admin_token": self.admin_token,
             "gateway": {
                 "url": gateway_url,
                 "settle_url": _settle_url(gateway),
@@ -247,6 +255,14 @@ class LocalStack:
     def dead_children(self) -> list[proc.Child]:
         """Children that exited on their own."""
         return [c for c in self.children if not c.alive()]
+
+
+def write_admin_token(path: Path) -> None:
+    """A fresh admin credential for this stack's control plane (mode 0600), distinct from team
+    keys; ``local.json`` carries it as ``admin_token`` for the CLI (diff, apply, gate)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(secrets.token_urlsafe(24) + "\n")
+    path.chmod(0o600)
 
 
 def register_replica(cp_url: str, replica_id: str, model: str, version: str, host: str, port: int) -> None:

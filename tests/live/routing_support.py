@@ -131,7 +131,8 @@ def router_state(stack: RunningStack) -> dict[str, Any]:
 def last_beat_age_s(stack: RunningStack, replica_id: str) -> float:
     """Seconds since the control plane heard ``replica_id`` (admin pool state)."""
     url = str(stack.facts["control_plane"]["http_url"])
-    state = httpx.get(url + "/admin/pools/chat-7b/state", timeout=5).json()
+    auth = {"authorization": f"Bearer {stack.facts['admin_token']}"}
+    state = httpx.get(url + "/admin/pools/chat-7b/state", headers=auth, timeout=5).json()
     return float(next(r for r in state["replicas"] if r["replica_id"] == replica_id)
                  ["last_beat_age_s"])
 

@@ -129,3 +129,12 @@ def test_sigterm_stops_every_child(tmp_path: Path) -> None:
     assert len(running.child_pids()) == 6  # control plane, gateway, 3 replicas, Envoy
     assert running.stop(signal.SIGTERM) == 0
     assert_all_stopped(running)
+
+
+def test_admin_api_takes_the_stacks_admin_token_not_a_team_key(stack: RunningStack) -> None:
+    url = stack.facts["admin_url"] + "/admin/pools/chat-7b/state"
+    admin = httpx.get(url, headers={"authorization": f"Bearer {stack.facts['admin_token']}"}, timeout=5)
+    assert admin.status_code == 200 and admin.json()["model"] == "chat-7b"
+    team_key = next(iter(stack.facts["keys"].values()))
+    assert httpx.get(url, headers={"authorization": f"Bearer {team_key}"}, timeout=5).status_code == 403
+    assert httpx.get(url, timeout=5).status_code == 401
