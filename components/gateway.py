@@ -58,15 +58,22 @@ def envoy_objects(namespace: str, image: str, xds_host: str, drain_s: int,
     return [sm.envoy_bootstrap(namespace, bootstrap), deployment, nlb]
 
 
-def gateway_ext_objects(namespace: str, region: str, image: str, redis_url: Any) -> list[dict[str, Any]]:
+def gateway_ext_objects(namespace: str, region: str, image: str, redis_url: Any,
+                        control_plane_host: str) -> list[dict[str, Any]]:
     """Deployment and Service of gateway_ext (``python -m gateway_ext``; the usage database URL
-    comes from the DB Secret as ``MODELFLEET_GATEWAY_USAGE_DB_URL``)."""
+    comes from the DB Secret as ``MODELFLEET_GATEWAY_USAGE_DB_URL``). It follows the control
+    plane's router state and keeps its own copy on disk, so a gateway restarted while the control
+    plane is down starts from the last state it saw."""
     c = sm.container(
         sm.GATEWAY_EXT, image, command=["python", "-m", "gateway_ext"],
         args=["--config", sm.CONFIG_MOUNT, "--host", "0.0.0.0", "--port", str(sm.GATEWAY_EXT_PORT),
-              "--region", region, "--spool", "/var/lib/gateway-ext/usage-spool.jsonl"],
+              "--region", region, "--spool", "/var/lib/gateway-ext/usage-spool.jsonl",
+              "--control-plane-url", f"http://{control_plane_host}:{sm.CONTROL_HTTP_PORT}"],
         ports={"http": sm.GATEWAY_EXT_PORT}, health=("/health", "http"), cpu="1", memory="1Gi",
-        env=[{"name": "MODELFLEET_GATEWAY_REDIS_URL", "value": redis_url}],
+        env=[{"name": "MODELFLEET_GATEWAY_REDIS_URL", "value": redis_url},
+             {"name": "MODELFLEET_GATEWAY_ROUTER_STATE_FILE",
+              "value": "/var/lib/gateway-ext/router-state.json"},
+             {"name": "MODELFLEET_GATEWAY_ROUTER_STATE_WRITE", "value": "1"}],
         mounts=[{"name": "config", "mountPath": sm.CONFIG_MOUNT, "readOnly": True},
                 {"name": "spool", "mountPath": "/var/lib/gateway-ext"}],
         extra={"envFrom": [{"secretRef": {"name": sm.DB_SECRET}}]})
@@ -125,7 +132,8 @@ class Gateway(pulumi.ComponentResource):
             multi_az_enabled=True, transit_encryption_enabled=True, at_rest_encryption_enabled=True,
             port=6379, subnet_group_name=subnets.name, security_group_ids=[sg.id], opts=child)
         redis_url = redis.primary_endpoint_address.apply(lambda a: f"rediss://{a}:6379/0")
-        objects = [*envoy, *gateway_ext_objects(args.namespace, args.region, args.images.platform, redis_url),
+        objects = [*envoy, *gateway_ext_objects(args.namespace, args.region, args.images.platform, redis_url,
+                                                       args.control_plane_host),
                    *hpas, sm.pdb("envoy", args.namespace), sm.pdb(sm.GATEWAY_EXT, args.namespace)]
         declared = [declare(obj, child) for obj in objects]
         nlb = next(r for r, o in zip(declared, objects, strict=True)

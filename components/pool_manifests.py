@@ -32,6 +32,7 @@ from components.engine_args import (
     weights_path,
 )
 from components.gpu_types import GPU_RESOURCE, gpu_instance, gpu_node_selector, gpu_tolerations
+from components.service_manifests import GATEWAY_EXT, GATEWAY_EXT_PORT
 from modelfleet.config.hardware import GB, weights_bytes
 from modelfleet.config.schema import Pool, Version
 
@@ -60,6 +61,11 @@ class PoolSpec:
     aws_cli_image: str
     bucket: str
     control_plane_url: str
+
+    @property
+    def settle_url(self) -> str:
+        """Where the replicas' middleware reports actual usage: gateway_ext's ``/v1/settle``."""
+        return f"http://{GATEWAY_EXT}.{self.namespace}.svc:{GATEWAY_EXT_PORT}/v1/settle"
 
     @property
     def name(self) -> str:
@@ -122,6 +128,7 @@ def engine_container(spec: PoolSpec) -> dict[str, Any]:
     plain = {"MODELFLEET_REGION": spec.pool.region, "MODELFLEET_MODEL": v.model,
              "MODELFLEET_VERSION": v.version, "MODELFLEET_POOL": pool_name(v.model, v.version),
              "MODELFLEET_CONTROL_PLANE_URL": spec.control_plane_url,
+             "MODELFLEET_SETTLE_URL": spec.settle_url,
              "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     return {
         "name": v.engine,

@@ -56,6 +56,8 @@ def test_70b_int8_on_two_gpus(build: Build, config: PlatformConfig, images: Imag
     assert _flag(args, "--quantization") == "compressed-tensors"  # W8A8-INT8 checkpoint
     assert _flag(args, "--dtype") == "float16"
     assert _flag(args, "--max-model-len") == "16384"
+    env = {e["name"]: e.get("value") for e in engine["env"]}
+    assert env["MODELFLEET_SETTLE_URL"].endswith(".svc:8080/v1/settle")  # usage reaches gateway_ext
     assert args[args.index("--served-model-name") + 1: args.index("--served-model-name") + 3] == \
         ["reason-70b", "reason-70b@v1"]
     assert "--enable-prefix-caching" in args
