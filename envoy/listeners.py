@@ -1,6 +1,7 @@
 """Builders for the LDS resource: the public API listener and its HTTP connection manager.
 
-The filter chain is ``header_mutation`` (strip gateway-only headers), ``ext_authz`` (gateway_ext
+The filter chain is ``health_check`` (Envoy answers ``/health`` itself for load-balancer and
+Route53 checks), ``header_mutation`` (strip gateway-only headers), ``ext_authz`` (gateway_ext
 decides: 401/403/400/404/413/429/503, or allows with ``x-route-version``) then ``router``, which
 picks the route on ``x-route-version`` (see ``envoy_control.ext_authz`` and
 ``envoy_control.routes``). Without a gateway (``gateway=None``, tests of the routing layer only)
@@ -20,11 +21,14 @@ from google.protobuf.message import Message
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import address_pb2, substitution_format_string_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
+from envoy.extensions.filters.http.health_check.v3 import health_check_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.type.matcher.v3 import string_pb2
 
 LISTENER_NAME = "modelfleet-api"
 ROUTE_CONFIG_NAME = "modelfleet-api"
@@ -41,6 +45,22 @@ def _pack(message: Message) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
+
+
+HEALTH_PATH = "/health"
+"""Answered by Envoy itself (200, or 503 while Envoy drains) for the NLB and the Route53 health
+checks, before any key is asked for."""
+
+
+def make_health_filter(path: str = HEALTH_PATH) -> hcm_pb2.HttpFilter:
+    """Envoy's health_check filter, not passed through: ``GET path`` is answered by Envoy, so a
+    region reads healthy exactly while its Envoy serves and is not draining."""
+    check = health_check_pb2.HealthCheck(
+        pass_through_mode=wrappers_pb2.BoolValue(value=False),
+        headers=[route_components_pb2.HeaderMatcher(
+            name=":path", string_match=string_pb2.StringMatcher(exact=path))],
+    )
+    return hcm_pb2.HttpFilter(name="envoy.filters.http.health_check", typed_config=_pack(check))
 
 
 def make_router_filter() -> hcm_pb2.HttpFilter:
@@ -76,6 +96,7 @@ def make_http_connection_manager(
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=route_config_name),
         http_filters=[
+            make_health_filter(),
             *(gateway_filters(gateway) if gateway else [make_body_model_filter()]),
             make_router_filter(),
         ],

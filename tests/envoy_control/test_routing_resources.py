@@ -75,5 +75,5 @@ def test_a_clients_destination_header_is_stripped_before_the_check(
     hcm = hcm_pb2.HttpConnectionManager()
     listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)  # type: ignore[attr-defined]
     strip = header_mutation_pb2.HeaderMutation()
-    hcm.http_filters[0].typed_config.Unpack(strip)
+    hcm.http_filters[1].typed_config.Unpack(strip)  # after health_check
     assert DESTINATION_HEADER in [m.remove for m in strip.mutations.request_mutations]

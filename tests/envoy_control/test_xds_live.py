@@ -112,6 +112,15 @@ def test_envoy_acks_the_snapshot(control_plane: ControlPlaneProcess, envoy: Envo
     assert _hostnames(dump, "chat-7b@v14") == {"chat-7b-v14-0"}
 
 
+def test_envoy_answers_health_checks_itself(
+    control_plane: ControlPlaneProcess, envoy: EnvoyProcess, gateway_checks: list[Check]
+) -> None:
+    before = len(gateway_checks)
+    r = control_plane.http.get(control_plane.api_url + "/health")
+    assert r.status_code == 200  # no key asked: the NLB and Route53 probe this path
+    assert len(gateway_checks) == before  # answered before ext_authz
+
+
 def test_routes_on_the_gateways_route_header(
     control_plane: ControlPlaneProcess, envoy: EnvoyProcess, gateway_checks: list[Check]
 ) -> None:

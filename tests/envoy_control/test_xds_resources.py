@@ -182,17 +182,18 @@ def test_listener_checks_every_request_with_the_gateway(example_config: Platform
     assert listener.address.socket_address.port_value == 18080
     hcm = _hcm(example_config, ListenerSpec("127.0.0.1", 18080))
     assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.health_check",
         "envoy.filters.http.header_mutation",
         "envoy.filters.http.ext_authz",
         "envoy.filters.http.router",
     ]
     strip = header_mutation_pb2.HeaderMutation()
-    hcm.http_filters[0].typed_config.Unpack(strip)
+    hcm.http_filters[1].typed_config.Unpack(strip)
     removed = strip.mutations.request_mutations
     assert removed[0].remove == "x-route-version"
     assert removed[1].remove_on_match.key_matcher.prefix == "x-modelfleet-"
     authz = ext_authz_pb2.ExtAuthz()
-    hcm.http_filters[1].typed_config.Unpack(authz)
+    hcm.http_filters[2].typed_config.Unpack(authz)
     assert authz.http_service.server_uri.cluster == GATEWAY_CLUSTER
     assert authz.http_service.path_prefix == "/authz"
     assert not authz.failure_mode_allow and authz.clear_route_cache
@@ -226,11 +227,12 @@ def test_without_gateway_envoy_routes_on_the_body_and_splits_the_canary(
     spec = ListenerSpec(gateway=None)
     hcm = _hcm(example_config, spec)
     assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.health_check",
         "envoy.filters.http.json_to_metadata",
         "envoy.filters.http.router",
     ]
     j2m = json_to_metadata_pb2.JsonToMetadata()
-    hcm.http_filters[0].typed_config.Unpack(j2m)
+    hcm.http_filters[1].typed_config.Unpack(j2m)
     (rule,) = j2m.request_rules.rules
     assert [s.key for s in rule.selectors] == ["model"]
     assert rule.on_present.metadata_namespace == REQUEST_METADATA
