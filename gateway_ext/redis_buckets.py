@@ -133,20 +133,29 @@ def _state(reply: Any) -> BucketState | None:
     return BucketState(int(level), int(updated))
 
 
-class RedisBucketStore:
-    """The :class:`~gateway_ext.bucket_store.BucketStore` on a synchronous Redis client."""
+class _RedisStoreBase:
+    """What both Redis stores share: the key layout and the registered scripts."""
 
-    def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, client: redis.Redis | redis.asyncio.Redis, prefix: str = DEFAULT_PREFIX,
                  gc_grace_ms: int = GC_GRACE_MS) -> None:
-        self.client = client
         self.prefix = prefix
         self.gc_grace_ms = gc_grace_ms
-        self._reserve = client.register_script(RESERVE_SCRIPT)
-        self._settle = client.register_script(SETTLE_SCRIPT)
+        # sync or async script objects: each subclass calls (or awaits) them
+        self._reserve: Any = client.register_script(RESERVE_SCRIPT)
+        self._settle: Any = client.register_script(SETTLE_SCRIPT)
 
     def _keys(self, key: BucketKey, reservation_id: str) -> list[str]:
         return [bucket_redis_key(self.prefix, key),
                 reservation_redis_key(self.prefix, key, reservation_id)]
+
+
+class RedisBucketStore(_RedisStoreBase):
+    """The :class:`~gateway_ext.bucket_store.BucketStore` on a synchronous Redis client."""
+
+    def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX,
+                 gc_grace_ms: int = GC_GRACE_MS) -> None:
+        super().__init__(client, prefix, gc_grace_ms)
+        self.client = client
 
     def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int, reservation_id: str,
                 now: float, ttl_s: float) -> Reservation:
@@ -168,20 +177,13 @@ class RedisBucketStore:
         return _state(self.client.get(bucket_redis_key(self.prefix, key)))
 
 
-class AsyncRedisBucketStore:
+class AsyncRedisBucketStore(_RedisStoreBase):
     """The same store on an asyncio Redis client, for the FastAPI service (same script, same keys)."""
 
     def __init__(self, client: redis.asyncio.Redis, prefix: str = DEFAULT_PREFIX,
                  gc_grace_ms: int = GC_GRACE_MS) -> None:
+        super().__init__(client, prefix, gc_grace_ms)
         self.client = client
-        self.prefix = prefix
-        self.gc_grace_ms = gc_grace_ms
-        self._reserve = client.register_script(RESERVE_SCRIPT)
-        self._settle = client.register_script(SETTLE_SCRIPT)
-
-    def _keys(self, key: BucketKey, reservation_id: str) -> list[str]:
-        return [bucket_redis_key(self.prefix, key),
-                reservation_redis_key(self.prefix, key, reservation_id)]
 
     async def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int,
                       reservation_id: str, now: float, ttl_s: float) -> Reservation:
