@@ -34,6 +34,8 @@ from modelfleet.local.replicas import gateway_argv, replica_argv
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
+BIND_ATTEMPTS = 3
+"""Tries per replica when the port picked for it was taken before it could bind."""
 
 
 @dataclass
@@ -161,24 +163,35 @@ class LocalStack:
     def _start_replicas(self, cfg: PlatformConfig, opts: StackOptions, cp: proc.Child, gateway: proc.Child,
                         say: Any) -> None:
         time_scale = opts.time_scale or cfg.local.time_scale
-        started: list[tuple[ReplicaPlan, proc.Child]] = []
-        for plan in replica_plan(cfg):
+        cp_url = f"http://{HOST}:{cp.port}"
+
+        def launch(plan: ReplicaPlan) -> proc.Child:
             version = cfg.version(plan.model, plan.version)
             assert version is not None  # checked by load_config
             port = proc.free_port()
             argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region, time_scale,
                                 opts.seed + plan.index, settle_url=_settle_url(gateway),
-                                control_plane_url=f"http://{HOST}:{cp.port}", debug=opts.debug)
+                                control_plane_url=cp_url, debug=opts.debug)
             child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target)
             child.extra["replica_id"] = plan.replica_id
             self.children.append(child)
-            started.append((plan, child))
+            return child
+
+        started = [(plan, launch(plan)) for plan in replica_plan(cfg)]
         say(f"replicas: starting {len(started)} ({', '.join(sorted({p.target for p, _ in started}))})")
         for plan, child in started:
-            proc.wait_until(proc.http_ok(f"http://{HOST}:{child.port}/health"), READY_TIMEOUT_S,
-                            f"replica {plan.replica_id}", child)
-            register_replica(f"http://{HOST}:{cp.port}", plan.replica_id, plan.model, plan.version, HOST,
-                             child.port)
+            for attempt in range(1, BIND_ATTEMPTS + 1):
+                try:
+                    proc.wait_until(proc.http_ok(f"http://{HOST}:{child.port}/health"), READY_TIMEOUT_S,
+                                    f"replica {plan.replica_id}", child)
+                    break
+                except RuntimeError as exc:
+                    # a free port can be taken between picking it and binding it: pick another
+                    if "address already in use" not in str(exc) or attempt == BIND_ATTEMPTS:
+                        raise
+                    self.children.remove(child)
+                    child = launch(plan)
+            register_replica(cp_url, plan.replica_id, plan.model, plan.version, HOST, child.port)
 
     def _start_envoy(self, cp: proc.Child, gateway: proc.Child, say: Any) -> proc.Child:
         from envoy_control.bootstrap import render_bootstrap
