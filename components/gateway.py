@@ -1,4 +1,4 @@
-"""``Gateway``: the region's front door (``modelfleet:k8s:Gateway``).
+"""``Gateway``: the region's front door (``modelfleet:k8s:Gateway``), with the batch service.
 
 An NLB (TLS with the region's ACM certificate) in front of Envoy pods whose bootstrap
 (``envoy_control.bootstrap.render_bootstrap``) points at the control plane Service; everything
@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from envoy_control.bootstrap import render_bootstrap
 
 from components import service_manifests as sm
+from components.batch_service import BATCH_PORT, batch_host, batch_objects
 from components.k8s import declare
 from components.outputs import known_after
 from components.settings import Images
@@ -36,9 +37,13 @@ NLB_ANNOTATIONS = {
 
 def envoy_objects(namespace: str, image: str, xds_host: str, drain_s: int,
                   certificate_arn: str) -> list[dict[str, Any]]:
-    """Bootstrap ConfigMap, Deployment and NLB Service of Envoy (``drain_s``: seconds)."""
-    bootstrap = render_bootstrap(node_id="envoy", cluster="modelfleet-gateway", admin_port=sm.ENVOY_ADMIN_PORT,
-                                 admin_host="0.0.0.0", xds_host=xds_host, xds_port=sm.XDS_PORT)
+    """Bootstrap ConfigMap, Deployment and NLB Service of Envoy (``drain_s``: seconds). The
+    bootstrap names gateway_ext (ext_authz) and the batch service by their Services' DNS names."""
+    bootstrap = render_bootstrap(
+        node_id="envoy", cluster="modelfleet-gateway", admin_port=sm.ENVOY_ADMIN_PORT,
+        admin_host="0.0.0.0", xds_host=xds_host, xds_port=sm.XDS_PORT,
+        gateway=(f"{sm.GATEWAY_EXT}.{namespace}.svc.cluster.local", sm.GATEWAY_EXT_PORT),
+        batch=(batch_host(namespace), BATCH_PORT))
     envoy = sm.container(
         "envoy", image, command=["envoy"],
         args=["-c", "/etc/envoy/bootstrap.json", "--service-node", "$(POD_NAME)",
@@ -102,6 +107,8 @@ class GatewayArgs:
     envoy_replicas: tuple[int, int] = (3, 30)
     gateway_ext_replicas: tuple[int, int] = (3, 30)
     redis_node_type: str = "cache.r7g.large"
+    batch_buckets: tuple[str, ...] = ()
+    """S3 locations batch inputs/outputs must lie under (``bucket/prefix/{team}/``)."""
 
 
 class Gateway(pulumi.ComponentResource):
@@ -134,6 +141,7 @@ class Gateway(pulumi.ComponentResource):
         redis_url = redis.primary_endpoint_address.apply(lambda a: f"rediss://{a}:6379/0")
         objects = [*envoy, *gateway_ext_objects(args.namespace, args.region, args.images.platform, redis_url,
                                                        args.control_plane_host),
+                   *batch_objects(args.namespace, args.images.platform, args.batch_buckets),
                    *hpas, sm.pdb("envoy", args.namespace), sm.pdb(sm.GATEWAY_EXT, args.namespace)]
         declared = [declare(obj, child) for obj in objects]
         nlb = next(r for r, o in zip(declared, objects, strict=True)

@@ -48,7 +48,8 @@ def db_secret(namespace: str, url: Any) -> dict[str, Any]:
     """The registry and usage database URL (SQLAlchemy form) for the services' environment."""
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta(DB_SECRET, namespace),
             "type": "Opaque", "stringData": {"MODELFLEET_DATABASE_URL": url, "MODELFLEET_USAGE_DB_URL": url,
-                                                  "MODELFLEET_GATEWAY_USAGE_DB_URL": url}}
+                                                  "MODELFLEET_GATEWAY_USAGE_DB_URL": url,
+                                                  "MODELFLEET_BATCH_DB_URL": url}}
 
 
 def envoy_bootstrap(namespace: str, bootstrap: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 RESERVATION_HEADER = "x-modelfleet-reservation"
 TEAM_HEADER = "x-modelfleet-team"
+TIER_HEADER = "x-modelfleet-tier"
 ROUTE_VERSION_HEADER = "x-route-version"
 Outcome = Literal["finished", "client_disconnect", "error", "rejected"]
 
@@ -46,6 +47,9 @@ class SettleReport:
     cached_tokens: int
     completion_tokens: int
     outcome: Outcome
+    tier: str = "standard"
+    """The request's tier as the gateway admitted it (``x-modelfleet-tier``): metered with the
+    usage when the settle lands on a gateway process that did not admit the request."""
 
 
 def settle_report(headers: Mapping[str, str], prompt_tokens: int, cached_tokens: int,
@@ -57,7 +61,8 @@ def settle_report(headers: Mapping[str, str], prompt_tokens: int, cached_tokens:
         return None
     model, _, version = (headers.get(ROUTE_VERSION_HEADER) or "").partition("@")
     return SettleReport(reservation, headers.get(TEAM_HEADER, ""), model, version,
-                        prompt_tokens, cached_tokens, completion_tokens, outcome)
+                        prompt_tokens, cached_tokens, completion_tokens, outcome,
+                        headers.get(TIER_HEADER) or "standard")
 
 
 class SettleReporter:

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from envoy_control.batch_route import BATCH_CLUSTER
+from envoy_control.ext_authz import GATEWAY_CLUSTER
 
 from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.gateway import Gateway, GatewayArgs
@@ -29,14 +31,41 @@ def test_envoy_bootstraps_from_the_control_plane(build: Build, images: Images) -
     mocks = build(lambda: _gateway(images))
     cm = next(c for c in objects(mocks, "ConfigMap") if c["metadata"]["name"] == "envoy-bootstrap")
     bootstrap = json.loads(cm["data"]["bootstrap.json"])
-    (xds,) = bootstrap["static_resources"]["clusters"]
-    address = xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-    assert (address["address"], address["port_value"]) == (CP_HOST, 18000)
+    clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
+
+    def target(name: str) -> tuple[str, int]:
+        lb = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+        address = lb["endpoint"]["address"]["socket_address"]
+        return address["address"], address["port_value"]
+
+    xds = next(c for c in clusters.values() if target(c["name"]) == (CP_HOST, 18000))
     assert xds["type"] == "STRICT_DNS"
+    # ext_authz and the batch routes need their clusters in the bootstrap, or every API request
+    # (and every /v1/batches request) is refused with 503
+    assert target(GATEWAY_CLUSTER) == ("gateway-ext.modelfleet.svc.cluster.local", 8080)
+    assert target(BATCH_CLUSTER) == ("batch.modelfleet.svc.cluster.local", 8091)
+    assert clusters[GATEWAY_CLUSTER]["type"] == clusters[BATCH_CLUSTER]["type"] == "STRICT_DNS"
     envoy = next(d for d in objects(mocks, "Deployment") if d["metadata"]["name"] == "envoy")
     pod = envoy["spec"]["template"]["spec"]
     assert pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] == 423
     assert pod["terminationGracePeriodSeconds"] == 433
+    assert invalid_objects(mocks.kubernetes_objects()) == {}
+
+
+def test_batch_service_sends_through_envoy_and_keeps_its_uploads(build: Build, images: Images) -> None:
+    mocks = build(lambda: _gateway(images))
+    batch = next(d for d in objects(mocks, "Deployment") if d["metadata"]["name"] == "batch")
+    spec = batch["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    (c,) = spec["template"]["spec"]["containers"]
+    args = c["args"]
+    assert c["command"] == ["python", "-m", "gateway_ext.batch_main"]
+    assert args[args.index("--api-base-url") + 1] == \
+        "http://envoy.modelfleet.svc.cluster.local:8080/v1"
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["files"]["persistentVolumeClaim"]["claimName"] == "batch-files"
+    assert volumes["keys"]["secret"]["secretName"] == "modelfleet-batch-keys"
+    assert any(s["metadata"]["name"] == "batch" for s in objects(mocks, "Service"))
     assert invalid_objects(mocks.kubernetes_objects()) == {}
 
 

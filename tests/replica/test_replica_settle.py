@@ -24,7 +24,7 @@ from replica.settle import SettleReport, SettleReporter, settle_report
 from replica.testing import serve_in_thread, sse_json
 
 ADMITTED = {"x-modelfleet-reservation": "resv-1", "x-modelfleet-team": "search",
-            "x-route-version": "chat-7b@v13"}
+            "x-route-version": "chat-7b@v13", "x-modelfleet-tier": "interactive"}
 CHAT = {"model": "chat-7b", "messages": [{"role": "user", "content": "Tell me a story."}]}
 
 
@@ -77,7 +77,10 @@ def test_report_needs_a_reservation() -> None:
     assert settle_report({}, 10, 0, 5, "finished") is None
     report = settle_report(ADMITTED, 10, 4, 5, "client_disconnect")
     assert report == SettleReport("resv-1", "search", "chat-7b", "v13", 10, 4, 5,
-                                  "client_disconnect")
+                                  "client_disconnect", "interactive")
+    no_tier = {k: v for k, v in ADMITTED.items() if k != "x-modelfleet-tier"}
+    assert settle_report(no_tier, 1, 0, 1, "finished") == SettleReport(
+        "resv-1", "search", "chat-7b", "v13", 1, 0, 1, "finished", "standard")
 
 
 def test_a_finished_stream_reports_what_the_client_saw(
@@ -91,7 +94,7 @@ def test_a_finished_stream_reports_what_the_client_saw(
     assert report == {"reservation_id": "resv-1", "team": "search", "model": "chat-7b",
                       "version": "v13", "prompt_tokens": usage["prompt_tokens"],
                       "cached_tokens": 0, "completion_tokens": usage["completion_tokens"],
-                      "outcome": "finished"}
+                      "outcome": "finished", "tier": "interactive"}
 
 
 def test_a_completion_reports_and_an_unadmitted_request_does_not(
