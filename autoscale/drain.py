@@ -25,35 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from autoscale.settings import DrainPolicy
 from modelfleet.config.schema import Model, Version
 
-
-class DrainPolicy(BaseModel):
-    """Drain settings (seconds). The propagation steps add up to the time between a pod's
-    deletion and the last Envoy and gateway_ext pod no longer sending it requests."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ttft_budget_s: float = Field(default=1.0, ge=0)
-    """Time to first token allowed a waiting request (the seed's p95 TTFT target), seconds."""
-    stream_cap_s: float = Field(default=600.0, gt=0)
-    """No stream bound above this: one scale-down period (one replica per 10 minutes)."""
-    endpoint_update_s: float = Field(default=2.0, ge=0)
-    """Pod deletion -> EndpointSlice update seen by the control plane's watch."""
-    snapshot_s: float = Field(default=1.0, ge=0)
-    """Control plane: debounce, build and consistency-check the new xDS snapshot."""
-    xds_push_s: float = Field(default=1.0, ge=0)
-    """ADS push of the snapshot to every Envoy, and its ack."""
-    router_refresh_s: float = Field(default=1.0, ge=0)
-    """gateway_ext's router state (ring, load) is refreshed every second."""
-    in_flight_pick_s: float = Field(default=1.0, ge=0)
-    """A request picked just before the update: ext_authz answer, then Envoy's connect."""
-    safety_factor: float = Field(default=2.0, ge=1)
-    """Margin on the propagation sum: watches and pushes are not instant under load."""
-    exit_margin_s: float = Field(default=10.0, ge=0)
-    """After the last stream: engine shutdown, GPU memory release, process exit."""
+__all__ = ["DrainPolicy", "DrainValues", "drain_values", "prestop_s", "slowest_stream_rate",
+           "stream_bound_s"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ inside a cluster the pool is named by model and version alone:
 
 Metrics: each replica exports vLLM's gauges (``vllm:num_requests_waiting``) and the
 middleware's ``modelfleet_tokens_in_flight``, labelled ``model_name`` and ``engine`` by the
-replica. The PodMonitor (:func:`pod_monitor`) copies the pod label ``modelfleet.io/pool`` to
+replica; each gateway_ext pod exports its admission queue per pool
+(``modelfleet_gateway_pool_queue_depth{pool="<model>@<version>", tier}``), scraped by
+:func:`gateway_pod_monitor`. The PodMonitor (:func:`pod_monitor`) copies the pod label ``modelfleet.io/pool`` to
 the Prometheus label ``pool``; the Prometheus Operator adds ``namespace`` and ``pod``. A pool's
 series are therefore selected by ``{namespace="<ns>", pool="<pool name>"}``; ``model_name`` is
 not used because a canary and the live version serve the same model name.
@@ -40,6 +42,9 @@ TOKENS_IN_FLIGHT_METRIC = "modelfleet_tokens_in_flight"
 """Gauge, tokens: prompt plus remaining output of every request a replica holds."""
 QUEUE_DEPTH_METRIC = "vllm:num_requests_waiting"
 """vLLM's gauge, requests: requests waiting for a place in the running batch."""
+GATEWAY_QUEUE_METRIC = "modelfleet_gateway_pool_queue_depth"
+"""gateway_ext's gauge, requests: requests held in its admission queue for a pool, labelled
+``pool`` = ``model@version`` and ``tier`` (``gateway_ext.metrics``); one series per gateway pod."""
 
 _MAX_POOL_NAME = 58  # "vllm-" + 58 = 63, the DNS-label limit
 
@@ -89,9 +94,20 @@ def tokens_in_flight_query(namespace: str, model: str, version: str) -> str:
     return f"sum({TOKENS_IN_FLIGHT_METRIC}{pool_selector(namespace, model, version)})"
 
 
+def gateway_queue_selector(namespace: str, model: str, version: str) -> str:
+    """The PromQL label matcher of a pool's gateway queue series: gateway_ext labels them
+    ``pool="<model>@<version>"`` itself (its pods carry no pool label, so nothing renames it)."""
+    return f"{{{NAMESPACE_LABEL}={_quote(namespace)},{POOL_LABEL}={_quote(f'{model}@{version}')}}}"
+
+
 def queue_depth_query(namespace: str, model: str, version: str) -> str:
-    """PromQL: requests waiting in the pool's engines, summed over its replicas (requests)."""
-    return f"sum({QUEUE_DEPTH_METRIC}{pool_selector(namespace, model, version)})"
+    """PromQL: requests waiting for the pool (requests): those waiting in its engines, summed
+    over its replicas, plus those held in the gateways' admission queues for it (every tier,
+    every gateway pod). The engines' part decides emptiness: no replica scraped -> empty (a
+    failed read); no gateway series (no gateway scraped yet, or none queued) counts as 0."""
+    engines = f"sum({QUEUE_DEPTH_METRIC}{pool_selector(namespace, model, version)})"
+    gateways = f"sum({GATEWAY_QUEUE_METRIC}{gateway_queue_selector(namespace, model, version)})"
+    return f"{engines} + ({gateways} or vector(0))"
 
 
 def pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> dict[str, Any]:
@@ -120,3 +136,18 @@ def pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> d
 def _meta_label(pod_label: str) -> str:
     """Prometheus' service-discovery name of a pod label (non-alphanumerics become ``_``)."""
     return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in pod_label)
+
+
+def gateway_pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> dict[str, Any]:
+    """The ``PodMonitor`` that scrapes gateway_ext pods (``app.kubernetes.io/name:
+    gateway-ext``) in ``namespace``: their per-pool admission queue is part of the queue
+    trigger. No relabelling: the series keep the ``pool`` label gateway_ext sets."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "gateway-ext", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {APP_LABEL: "gateway-ext"}},
+            "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": f"{interval_s}s"}],
+        },
+    }

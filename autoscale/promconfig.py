@@ -32,10 +32,12 @@ class ReplicaTarget:
 
 
 def prometheus_config(targets: Sequence[ReplicaTarget], *, namespace: str,
-                      scrape_interval_s: float = 1.0) -> dict[str, Any]:
+                      scrape_interval_s: float = 1.0,
+                      gateways: Sequence[str] = ()) -> dict[str, Any]:
     """Prometheus' YAML config as a dict: one static target per replica, labelled
-    ``namespace``, ``pool``, ``model``, ``version`` (and ``replica`` when known), scraped every
-    ``scrape_interval_s`` seconds."""
+    ``namespace``, ``pool``, ``model``, ``version`` (and ``replica`` when known), and one per
+    gateway_ext address in ``gateways`` (``host:port``, labelled ``namespace`` only: its series
+    keep their own ``pool`` label), scraped every ``scrape_interval_s`` seconds."""
     if scrape_interval_s <= 0:
         raise ValueError("the scrape interval must be positive")
     interval = _duration(scrape_interval_s)
@@ -54,5 +56,11 @@ def prometheus_config(targets: Sequence[ReplicaTarget], *, namespace: str,
             "scrape_interval": interval,
             "scrape_timeout": interval,
             "static_configs": static,
-        }],
+        }] + ([{
+            "job_name": "gateway-ext",
+            "metrics_path": "/metrics",
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "static_configs": [{"targets": list(gateways), "labels": {NAMESPACE_LABEL: namespace}}],
+        }] if gateways else []),
     }

@@ -6,7 +6,8 @@ Per pool (one version in one region; names from :mod:`autoscale.naming`):
 - ``scaleTargetRef``: the pool's Deployment ``vllm-<model>-<version>``;
 - ``minReplicaCount`` the pool's warm minimum, ``maxReplicaCount`` its maximum;
 - triggers (:mod:`autoscale.triggers`), all ``metricType: AverageValue``: tokens in flight at 70%
-  of the load-tested figure, queue depth as the fast trigger, a cron window per known peak;
+  of the load-tested figure, queue depth (engines plus gateway queues) as the fast trigger, a
+  cron window per known peak;
   prometheus triggers carry ``ignoreNullValues: "false"`` so an empty answer (no replica
   scraped, Prometheus lost its targets) is an error, not a zero that scales the pool down;
 - ``fallback``: after ``failureThreshold`` failed reads in a row a prometheus trigger asks for
@@ -105,11 +106,14 @@ def scaled_object(pool: Pool, version: Version, policy: AutoscalePolicy, *,
     }
 
 
-def scaled_objects(config: PlatformConfig, policy: AutoscalePolicy, *, region: str | None = None,
+def scaled_objects(config: PlatformConfig, policy: AutoscalePolicy | None = None, *,
+                   region: str | None = None,
                    namespace: str = DEFAULT_NAMESPACE,
                    prometheus_url: str = DEFAULT_PROMETHEUS_URL) -> list[dict[str, Any]]:
-    """ScaledObjects for every pool of ``config`` (only ``region``'s when given); raises
-    ``ValueError`` for a pool whose version is not declared."""
+    """ScaledObjects for every pool of ``config`` (only ``region``'s when given), with the
+    config's ``autoscaling`` section unless ``policy`` is given; raises ``ValueError`` for a
+    pool whose version is not declared."""
+    policy = policy or config.autoscaling
     out = []
     for pool in config.pools:
         if region is not None and pool.region != region:

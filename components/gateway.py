@@ -22,6 +22,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from envoy_control.bootstrap import render_bootstrap
 
+from autoscale.naming import gateway_pod_monitor
 from components import service_manifests as sm
 from components.batch_service import BATCH_PORT, batch_host, batch_objects
 from components.k8s import declare
@@ -142,6 +143,7 @@ class Gateway(pulumi.ComponentResource):
         objects = [*envoy, *gateway_ext_objects(args.namespace, args.region, args.images.platform, redis_url,
                                                        args.control_plane_host),
                    *batch_objects(args.namespace, args.images.platform, args.batch_buckets),
+                   gateway_pod_monitor(args.namespace),
                    *hpas, sm.pdb("envoy", args.namespace), sm.pdb(sm.GATEWAY_EXT, args.namespace)]
         declared = [declare(obj, child) for obj in objects]
         nlb = next(r for r, o in zip(declared, objects, strict=True)

@@ -17,7 +17,6 @@ import pulumi
 import pulumi_aws as aws
 import yaml
 
-from autoscale.policy import policy_from_data
 from components.addons import Addons, AddonsArgs
 from components.buckets import primary_bucket, region_bucket
 from components.capacity import ModelNeed, check_pool_maxima, gpu_demand, region_pools
@@ -102,7 +101,7 @@ def region_stack(settings: StackSettings, db_password: pulumi.Input[str]) -> Reg
     bucket = region_bucket(prep.primary_bucket, region, prep.primary_region)
     ns = settings.namespace
     cp_url = f"http://{CONTROL_PLANE}.{ns}.svc.cluster.local:{CONTROL_HTTP_PORT}"
-    policy_ = policy_from_data()
+    policy_ = config.autoscaling
     pool_args = {}
     for pool, version in region_pools(config, region):
         model = config.model(pool.model)

@@ -3,6 +3,7 @@
     python -m envoy_control --config DIR --xds-port P --http-port Q --listener-port L \\
         [--host 127.0.0.1] [--listener-host H] [--state-file PATH] [--debug] [--log-level info]
         [--admin-token-file F] [--registry-url URL] [--prometheus-url URL] [--rollout-hold S]
+        [--guard-window S] [--guard-min-requests N]
 
 Stops cleanly on SIGTERM or SIGINT: HTTP first, then the ADS streams (Envoys keep serving the last
 configuration they received). With ``--state-file`` the router state is kept in that file
@@ -12,7 +13,9 @@ the control plane is down, and read back at start: its replicas are routable aga
 The admin API needs the admin token (``--admin-token-file``, else ``MODELFLEET_ADMIN_TOKEN``).
 The registry is ``--registry-url`` (default: ``registry.db`` beside ``--state-file``, else an
 in-memory SQLite); it is seeded from the config at start. With ``--prometheus-url`` the rollout
-controller runs (guard metrics from that Prometheus).
+controller runs (guard metrics from that Prometheus); its thresholds and stages are the config's
+``rollout:`` section (the ``--rollout-hold``/``--guard-*`` flags override them), and rollouts
+the registry records as in progress are resumed at start.
 """
 
 from __future__ import annotations
@@ -31,13 +34,11 @@ import uvicorn
 from envoy_control.cache import SnapshotCache
 from envoy_control.deps import TOKEN_ENV, read_admin_token
 from envoy_control.desired import ListenerSpec
-from envoy_control.guard import GuardThresholds
 from envoy_control.http_api import create_app
 from envoy_control.plane import ControlPlane
 from envoy_control.prom import PromGuardReader
 from envoy_control.publish import RouterPublisher
 from envoy_control.registry import Registry
-from envoy_control.rollout import RolloutPolicy, default_stages
 from envoy_control.rollout_driver import RolloutDriver
 from envoy_control.router_state import RouterState, RouterStateError, load_router_state
 from envoy_control.server import start_ads_server
@@ -108,10 +109,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "enables the rollout controller"
     )
     p.add_argument("--rollout-interval", type=float, default=5.0, help="controller tick, seconds")
-    p.add_argument("--rollout-hold", type=float, default=1800.0, help="stage hold, seconds")
-    p.add_argument("--guard-window", type=float, default=300.0, help="guard window, seconds")
     p.add_argument(
-        "--guard-min-requests", type=int, default=200, help="finished requests per side to judge"
+        "--rollout-hold", type=float, default=None,
+        help="every stage's hold, seconds (default: the config's rollout.stages)",
+    )
+    p.add_argument(
+        "--guard-window", type=float, default=None,
+        help="guard window, seconds (default: the config's rollout.window_s)",
+    )
+    p.add_argument(
+        "--guard-min-requests", type=int, default=None,
+        help="finished requests per side to judge (default: the config's rollout.min_requests)",
     )
     return p.parse_args(argv)
 
@@ -154,13 +162,15 @@ async def run(opts: argparse.Namespace) -> int:
     controller = RolloutDriver(
         plane,
         PromGuardReader(prom_client, opts.prometheus_url) if prom_client else None,
-        RolloutPolicy(
-            stages=default_stages(opts.rollout_hold),
-            window_s=opts.guard_window,
-            thresholds=GuardThresholds(min_requests=opts.guard_min_requests),
-        ),
-        registry,
+        registry=registry,
+        hold_s=opts.rollout_hold,
+        window_s=opts.guard_window,
+        min_requests=opts.guard_min_requests,
     )
+    try:
+        controller.resume()
+    except SQLAlchemyError as exc:
+        log.error("rollouts in progress not resumed: %s", exc)
     log.info("config %s loaded: snapshot %s", opts.config, first.snapshot.version)
     if saved is not None:
         try:

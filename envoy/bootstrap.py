@@ -5,7 +5,9 @@ resources (CDS and LDS) over one ADS stream. Everything else comes from the cont
 The gateway's cluster lives here, not in CDS: each Envoy deployment knows its gateway's address
 (a Kubernetes Service name, or the local stack's port) while the control plane need not; the
 listener it serves refers to the cluster by name (``envoy_control.ext_authz.GATEWAY_CLUSTER``).
-An Envoy without it answers every API request 503 (ext_authz fails closed).
+An Envoy without it answers every API request 503 (ext_authz fails closed). The batch service's
+cluster (``envoy_control.batch_route.BATCH_CLUSTER``) is optional in the same way: without it
+``/v1/batches`` and ``/v1/files`` answer 503.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from envoy_control.batch_route import make_batch_cluster
 from envoy_control.clusters import ads_config_source, seconds
 from envoy_control.ext_authz import GATEWAY_CLUSTER
 from google.protobuf import any_pb2, json_format, wrappers_pb2
@@ -123,12 +126,14 @@ def make_bootstrap(
     admin_host: str = "127.0.0.1",
     xds_retry_max_s: float = 2.0,
     gateway: tuple[str, int] | None = None,
+    batch: tuple[str, int] | None = None,
 ) -> bootstrap_pb2.Bootstrap:
     """The bootstrap as a message. Ports are TCP ports (``admin_port`` 0: Envoy picks one).
 
     ``xds_retry_max_s`` caps Envoy's reconnect backoff to the control plane, in seconds.
     ``gateway`` is gateway_ext's ``(host, port)``: without it the ext_authz filter of the served
-    listener has no cluster and every API request is refused (503).
+    listener has no cluster and every API request is refused (503). ``batch`` is the batch
+    service's ``(host, port)`` (``/v1/batches``, ``/v1/files``; None: those answer 503).
     """
     ads = config_source_pb2.ApiConfigSource(
         api_type=config_source_pb2.ApiConfigSource.GRPC,
@@ -157,6 +162,7 @@ def make_bootstrap(
             clusters=[
                 make_xds_cluster(xds_host, xds_port),
                 *([make_gateway_cluster(*gateway)] if gateway is not None else []),
+                *([make_batch_cluster(*batch)] if batch is not None else []),
             ]
         ),
         dynamic_resources=bootstrap_pb2.Bootstrap.DynamicResources(
@@ -183,6 +189,7 @@ def render_bootstrap(
     admin_host: str = "127.0.0.1",
     xds_retry_max_s: float = 2.0,
     gateway: tuple[str, int] | None = None,
+    batch: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """The bootstrap as plain JSON data (write it with ``json.dumps`` and pass it to ``envoy -c``).
 
@@ -197,6 +204,7 @@ def render_bootstrap(
         admin_host=admin_host,
         xds_retry_max_s=xds_retry_max_s,
         gateway=gateway,
+        batch=batch,
     )
     data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
     return data

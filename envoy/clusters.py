@@ -10,6 +10,12 @@ host takes at most 125% of the average of active requests). Each endpoint's ring
 pinned to its replica id through the ``envoy.lb`` / ``hash_key`` metadata, so a replica keeps
 its conversations when other replicas come and go, whatever its address.
 
+Health and ``override_host`` (Envoy 1.40): the policy uses a named host whatever its health
+(it looks the address up in the cluster's host map, no status check, and has no setting for
+it); ``CommonLbConfig.override_host_status`` governs only the stateful-session override path,
+not this policy, so it is not set. The gateway therefore names healthy replicas first itself:
+routable ones only, stale beats left out (:mod:`gateway_ext.routing`).
+
 Failure handling tuned for streaming pools (see :class:`PoolHealth`): active HTTP health checks
 on ``/health`` and outlier detection on consecutive failures (never on success rate: a few long
 streams are no sample), neither of which closes open streams; endpoints removed by EDS leave at

@@ -3,13 +3,17 @@
 
 - every EDS cluster has its ClusterLoadAssignment, and every assignment belongs to a cluster;
 - every listener's RDS route configuration name exists;
-- every cluster a route forwards to, splits to or mirrors to exists.
+- every cluster a route forwards to, splits to or mirrors to exists, in the snapshot or in every
+  Envoy's bootstrap (:data:`BOOTSTRAP_CLUSTERS`: the gateway's and the batch service's static
+  clusters, which the control plane does not serve).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
+from envoy_control.batch_route import BATCH_CLUSTER
+from envoy_control.ext_authz import GATEWAY_CLUSTER
 from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -18,6 +22,9 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+
+BOOTSTRAP_CLUSTERS = frozenset({GATEWAY_CLUSTER, BATCH_CLUSTER})
+"""Static clusters of the bootstrap (``envoy_control.bootstrap``) that routes may name."""
 
 
 class InconsistentSnapshot(ValueError):
@@ -69,10 +76,12 @@ def route_clusters(config: route_pb2.RouteConfiguration) -> Iterator[tuple[str, 
                     yield f"{label} (mirror)", str(policy.cluster)
 
 
-def consistency_problems(snapshot: Snapshot) -> list[str]:
-    """Every dangling reference in ``snapshot`` (an empty list when it is consistent)."""
+def consistency_problems(snapshot: Snapshot,
+                         bootstrap_clusters: Collection[str] = BOOTSTRAP_CLUSTERS) -> list[str]:
+    """Every dangling reference in ``snapshot`` (an empty list when it is consistent); routes may
+    also name ``bootstrap_clusters``."""
     problems: list[str] = []
-    clusters = snapshot.names(CLUSTER)
+    clusters = set(snapshot.names(CLUSTER)) | set(bootstrap_clusters)
     assignments = snapshot.names(ENDPOINT)
     wanted: set[str] = set()
     for message in snapshot.messages(CLUSTER):

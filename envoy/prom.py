@@ -9,10 +9,10 @@ live version: both serve the same name). Over a window ``W``:
 | guard metric | PromQL (``$SEL`` = the version's labels, ``$W`` = the window) |
 |---|---|
 | finished requests | ``sum(increase(vllm:e2e_request_latency_seconds_count{$SEL}[$W]))`` |
-| error rate | requests that finished other than ``stop``/``length`` over all finished, from vLLM's ``vllm:request_success_total{finished_reason}`` |
+| error rate | requests that finished other than ``stop``/``length`` (``abort``) over all finished, from vLLM's ``vllm:request_success_total{finished_reason}`` (the simulated replica exports it too) |
 | p95 TTFT, s | ``histogram_quantile(0.95, sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{$SEL}[$W])))`` |
 | output tokens per request | ``increase(vllm:generation_tokens_total)`` over finished requests |
-| refusal rate | ``modelfleet_refusals_total`` (a judge's count; not exported yet) over finished requests |
+| refusal rate | ``modelfleet_refusals_total`` (the replica middleware's count of answers opening with a refusal, :mod:`replica.refusals`) over finished requests |
 
 A query with no answer (series not exported, nothing in the window) reads as None: that metric
 is not judged (:mod:`envoy_control.guard`).

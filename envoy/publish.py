@@ -25,6 +25,7 @@ from envoy_control.router_state import (
     RouterState,
     write_router_state,
 )
+from envoy_control.router_teams import TeamLimitRoute, TeamRoute
 
 from modelfleet.config import PlatformConfig
 
@@ -37,7 +38,8 @@ def build_router_state(
 ) -> RouterState:
     """The router state for ``config`` and ``pools`` (unstamped: version 0, no instance).
 
-    Every served ``model@version`` is listed, with its routable replicas only (possibly none).
+    Every served ``model@version`` is listed, with its routable replicas only (possibly none),
+    and every team's effective limits (the config's with the admin overrides in effect).
     """
     routes = []
     for key in served_version_keys(config):
@@ -56,6 +58,7 @@ def build_router_state(
                 running=m.running,
                 kv_cache_usage=m.kv_cache_usage,
                 beating=m.last_beat_age_s is not None,
+                beat_age_s=m.last_beat_age_s,
             )
             for m in members
             if m.routable
@@ -81,6 +84,18 @@ def build_router_state(
         beat_interval_s=beat_interval_s,
         pools=tuple(sorted(routes, key=lambda p: p.key)),
         aliases=tuple(sorted(aliases, key=lambda a: a.model)),
+        teams=team_routes(config),
+    )
+
+
+def team_routes(config: PlatformConfig) -> tuple[TeamRoute, ...]:
+    """Every team's limits in ``config``, sorted by team and model."""
+    return tuple(
+        TeamRoute(t.name, tuple(
+            TeamLimitRoute(lim.model, lim.tokens_per_minute, lim.max_concurrency,
+                           lim.guaranteed_share, tuple(lim.tiers))
+            for lim in sorted(t.limits, key=lambda x: x.model)))
+        for t in sorted(config.teams, key=lambda t: t.name)
     )
 
 

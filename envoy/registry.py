@@ -17,8 +17,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envoy_control.overrides import Override, override_from_dict
-from envoy_control.registry_tables import IDENTITY_FIELDS, make_tables
-from sqlalchemy import Engine, create_engine, delete, insert, make_url, select, update
+from envoy_control.registry_tables import ADDED_COLUMNS, IDENTITY_FIELDS, make_tables
+from sqlalchemy import (
+    Engine,
+    create_engine,
+    delete,
+    insert,
+    inspect,
+    make_url,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.pool import StaticPool
 
 from modelfleet.config import PlatformConfig, Problem, Version
@@ -78,8 +88,16 @@ class Registry:
         self.t = make_tables(table_prefix)
 
     def create_tables(self) -> None:
-        """Create every table that is missing."""
+        """Create every table that is missing, and add the nullable columns of
+        :data:`ADDED_COLUMNS` that an older table lacks."""
         self.t.metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            for name, columns in ADDED_COLUMNS.items():
+                table = getattr(self.t, name)
+                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                for column in (table.c[c] for c in columns if c not in have):
+                    kind = column.type.compile(dialect=conn.dialect)
+                    conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
 
     def drop_tables(self) -> None:
         """Drop every table (tests)."""

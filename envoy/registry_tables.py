@@ -1,6 +1,8 @@
 """The registry's tables (the seed's ``models``, ``model_versions``, ``pools``, ``rollouts``,
 ``teams``, ``team_limits``, plus ``desired_overrides``), named with a prefix (default ``mf_``)
 so that tests and other data never collide. Times are ``DateTime(timezone=True)`` in UTC.
+Columns added after a table's first release are listed in :data:`ADDED_COLUMNS`; the registry
+adds them to an older table at start.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ IDENTITY_FIELDS = (
 )
 """What a version *is*: registering it again with any of these different is refused. Status
 (lifecycle), the gate's capacity and eval report are facts about it, recorded later."""
+
+
+ADDED_COLUMNS = {"rollouts": ("previous",)}
+"""Per table, nullable columns later than its first release (added by ``create_tables``)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ def make_tables(prefix: str = "mf_") -> RegistryTables:
         Column("reasons", JSON, nullable=False),
         Column("guard_metrics", JSON),
         Column("source", String(128), nullable=False),
+        Column("previous", String(name)),
     )
     teams = Table(
         f"{prefix}teams", md,

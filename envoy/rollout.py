@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from envoy_control.guard import GuardThresholds, GuardVerdict, Outcome
 
+from modelfleet.config.rollout import RolloutSettings
+
 StageKind = Literal["shadow", "canary"]
 
 
@@ -59,6 +61,20 @@ class RolloutPolicy:
             raise ValueError("a rollout needs at least one stage")
         if self.window_s <= 0 or self.keep_old_s < 0:
             raise ValueError("window_s must be > 0 and keep_old_s >= 0")
+
+
+def policy_from_config(settings: RolloutSettings) -> RolloutPolicy:
+    """The policy of the config's ``rollout:`` section (points become shares: 0.5 -> 0.005)."""
+    return RolloutPolicy(
+        stages=tuple(Stage(s.name, s.kind, s.percent, s.hold_s) for s in settings.stages),
+        window_s=settings.window_s,
+        thresholds=GuardThresholds(
+            max_error_rate_rise=settings.error_rate_points / 100.0,
+            max_ttft_p95_rise=settings.p95_ttft_ratio,
+            max_output_length_shift=settings.output_length_shift,
+            max_refusal_rate_rise=settings.refusal_points / 100.0,
+            min_requests=settings.min_requests),
+        keep_old_s=settings.keep_old_s)
 
 
 class Phase(StrEnum):
@@ -115,6 +131,8 @@ class Decision:
     decision: Literal["start", "advance", "promote", "release", "rollback", "abort"]
     reasons: tuple[str, ...]
     guard: dict[str, Any] | None = None
+    previous: str | None = None
+    """The version being replaced (a restarted controller resumes with it)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +170,7 @@ def _decide(r: Rollout, now_s: float, decision: Any, reasons: tuple[str, ...],
     s = r.stage
     percent = 100.0 if stage == "alias" else s.percent
     return Decision(r.model, r.version, stage or s.name, percent, r.stage_started_s, now_s,
-                    decision, reasons, guard)
+                    decision, reasons, guard, r.previous)
 
 
 def begin(model: str, version: str, previous: str, policy: RolloutPolicy, now_s: float) -> Step:

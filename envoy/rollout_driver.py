@@ -35,7 +35,9 @@ from envoy_control.rollout import (
     abort,
     advance,
     begin,
+    policy_from_config,
 )
+from envoy_control.rollout_resume import Unresumable, resume
 
 from modelfleet.config import ConfigError
 
@@ -59,35 +61,76 @@ def decision_row(d: Decision) -> dict[str, Any]:
     """A decision as a ``rollouts`` row (times in Unix seconds)."""
     return {"model": d.model, "version": d.version, "stage": d.stage, "percent": d.percent,
             "started_at": d.started_s, "decided_at": d.decided_s, "decision": d.decision,
-            "reasons": list(d.reasons), "guard_metrics": d.guard, "source": SOURCE}
+            "reasons": list(d.reasons), "guard_metrics": d.guard, "source": SOURCE,
+            "previous": d.previous}
+
+
+def with_overrides(p: RolloutPolicy, hold_s: float | None = None, window_s: float | None = None,
+                   min_requests: int | None = None) -> RolloutPolicy:
+    """``p`` with every stage held ``hold_s`` seconds, a ``window_s`` guard window or a sample
+    minimum, where given."""
+    if hold_s is not None:
+        p = dataclasses.replace(p, stages=tuple(dataclasses.replace(s, hold_s=hold_s)
+                                                for s in p.stages))
+    if window_s is not None:
+        p = dataclasses.replace(p, window_s=window_s)
+    if min_requests is not None:
+        p = dataclasses.replace(p, thresholds=dataclasses.replace(
+            p.thresholds, min_requests=min_requests))
+    return p
 
 
 class RolloutDriver:
     """Runs rollouts against ``plane``; ``clock`` is Unix seconds (decisions are recorded
-    with it and stage holds are measured on it)."""
+    with it and stage holds are measured on it). The policy is ``policy`` if given, else the
+    served config's ``rollout:`` section read at each start; ``hold_s``, ``window_s`` and
+    ``min_requests`` (the command line's flags) override either."""
 
     def __init__(self, plane: ControlPlane, reader: GuardReader | None,
                  policy: RolloutPolicy | None = None, registry: Registry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, hold_s: float | None = None,
+                 window_s: float | None = None, min_requests: int | None = None) -> None:
         self.plane, self.reader = plane, reader
-        self.policy = policy if policy is not None else RolloutPolicy()
+        self.fixed_policy = policy
+        self.hold_s, self.window_s, self.min_requests = hold_s, window_s, min_requests
         self.registry, self.clock = registry, clock
         self.rollouts: dict[str, Rollout] = {}
         self.history: list[Decision] = []
 
+    @property
+    def policy(self) -> RolloutPolicy:
+        """The policy a rollout started now gets (see the class docstring)."""
+        base = self.fixed_policy or policy_from_config(self.plane.config.rollout)
+        return with_overrides(base, self.hold_s, self.window_s, self.min_requests)
+
     def policy_for(self, hold_s: float | None = None, window_s: float | None = None,
                    min_requests: int | None = None) -> RolloutPolicy:
         """The driver's policy with a rollout's own hold, window or sample minimum."""
-        p = self.policy
-        if hold_s is not None:
-            p = dataclasses.replace(p, stages=tuple(dataclasses.replace(s, hold_s=hold_s)
-                                                    for s in p.stages))
-        if window_s is not None:
-            p = dataclasses.replace(p, window_s=window_s)
-        if min_requests is not None:
-            p = dataclasses.replace(p, thresholds=dataclasses.replace(
-                p.thresholds, min_requests=min_requests))
-        return p
+        return with_overrides(self.policy, hold_s, window_s, min_requests)
+
+    def resume(self) -> list[Rollout]:
+        """Take up the rollouts the registry's decisions leave in progress (a restart); an
+        unplaceable one is recorded as aborted. Returns the rollouts resumed."""
+        if self.registry is None:
+            return []
+        out = []
+        policy = self.policy
+        for m in self.plane.config.models:
+            rows = self.registry.decisions(m.name)
+            found = resume(rows[-1], policy, m.live) if rows else None
+            if isinstance(found, Unresumable):
+                log.warning("rollout of %s@%s not resumed: %s", found.model, found.version,
+                            found.reason)
+                self._record(Decision(found.model, found.version, found.stage, 0.0,
+                                      self.clock(), self.clock(), "abort",
+                                      (f"not resumed after a restart: {found.reason}",),
+                                      previous=found.previous))
+            elif found is not None:
+                self.rollouts[m.name] = found
+                out.append(found)
+                log.info("rollout of %s@%s resumed: %s at %s since %.0f", found.model,
+                         found.version, found.phase, found.stage.name, found.stage_started_s)
+        return out
 
     def running(self, model: str) -> Rollout | None:
         """The running rollout of ``model``, if any."""
@@ -116,7 +159,8 @@ class RolloutDriver:
             self._apply(abort(r, self.clock(), reason))
 
     async def _verdict(self, r: Rollout) -> tuple[Any, dict[str, Any] | None]:
-        assert self.reader is not None
+        if self.reader is None:  # resumed without --prometheus-url: held where it is
+            return None, None
         window = r.policy.window_s
         try:
             live = await self.reader.read(r.model, r.previous, window)
@@ -168,7 +212,7 @@ class RolloutDriver:
                 self.rollouts[r.model] = dataclasses.replace(r, phase=Phase.ABORTED)
                 self._record(Decision(r.model, r.version, r.stage.name, r.stage.percent,
                                       r.stage_started_s, self.clock(), "abort",
-                                      (f"change refused: {message}",)))
+                                      (f"change refused: {message}",), previous=r.previous))
                 return
         if step.decision is not None:
             self._record(step.decision)

@@ -14,14 +14,20 @@ client is :mod:`envoy_control.router_poller`:
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from envoy_control.router_teams import TeamRoute, TeamsError, parse_teams, teams_json
+
 FORMAT = 1
 """The JSON layout's version (``format``); a reader refuses any other."""
+STALE_BEATS = 2.0
+"""Beat intervals after which a replica's last beat is stale: still routable (three missed beats
+take it out), but not a gateway's first choice (see :meth:`RouterState.stale`)."""
 
 
 class RouterStateError(ValueError):
@@ -42,6 +48,9 @@ class RoutableReplica:
     kv_cache_usage: float | None
     beating: bool
     """False for a replica registered by PUT that has not beaten yet: its load is unknown (0)."""
+    beat_age_s: float | None = None
+    """Seconds between its last beat and the publication (None: no beat yet, or a state of an
+    older control plane). Above ``STALE_BEATS`` intervals the gateway does not pick it first."""
 
     @property
     def address(self) -> str:
@@ -102,6 +111,9 @@ class RouterState:
     pools: tuple[PoolRoute, ...] = ()
     aliases: tuple[ModelAlias, ...] = ()
     format: int = field(default=FORMAT)
+    teams: tuple[TeamRoute, ...] | None = None
+    """Every team's effective limits; None: not published (a state file of an older control
+    plane), the gateway keeps its own config's limits."""
 
     def pool(self, key: str) -> PoolRoute | None:
         """The pool ``model@version``, if served."""
@@ -115,13 +127,21 @@ class RouterState:
         """The content alone: version, instance and publication time blanked."""
         return replace(self, state_version=0, instance_id="", published_at=0.0)
 
+    def stale(self, replica: RoutableReplica) -> bool:
+        """Whether ``replica``'s last beat was more than ``STALE_BEATS`` intervals old when this
+        state was published (a replica that has not beaten yet is not stale)."""
+        age = replica.beat_age_s
+        return age is not None and age > STALE_BEATS * self.beat_interval_s
+
     def routing(self) -> RouterState:
-        """Who serves what, without loads: equal routings differ at most in load figures."""
+        """Who serves what, without loads: equal routings differ at most in load figures. A beat
+        age counts only as stale or not (a replica turning stale is a routing change)."""
         pools = tuple(
             replace(
                 p,
                 replicas=tuple(
-                    replace(r, tokens_in_flight=0, queue_depth=0, running=0, kv_cache_usage=None)
+                    replace(r, tokens_in_flight=0, queue_depth=0, running=0, kv_cache_usage=None,
+                            beat_age_s=math.inf if self.stale(r) else None)
                     for r in p.replicas
                 ),
             )
@@ -150,6 +170,7 @@ class RouterState:
             "aliases": {
                 a.model: {k: v for k, v in a.__dict__.items() if k != "model"} for a in self.aliases
             },
+            **({} if self.teams is None else {"teams": teams_json(self.teams)}),
         }
 
 
@@ -165,6 +186,7 @@ def _replica(d: Any, where: str) -> RoutableReplica:
     if not isinstance(d, Mapping):
         raise RouterStateError(f"{where}: expected an object")
     usage = _get(d, "kv_cache_usage", (int, float, type(None)), where)
+    age = _get(d, "beat_age_s", (int, float, type(None)), where)
     return RoutableReplica(
         replica_id=_get(d, "replica_id", (str,), where),
         host=_get(d, "host", (str,), where),
@@ -175,7 +197,15 @@ def _replica(d: Any, where: str) -> RoutableReplica:
         running=_get(d, "running", (int,), where),
         kv_cache_usage=None if usage is None else float(usage),
         beating=_get(d, "beating", (bool,), where),
+        beat_age_s=None if age is None else float(age),
     )
+
+
+def _teams(data: Any) -> tuple[TeamRoute, ...] | None:
+    try:
+        return parse_teams(data)
+    except TeamsError as exc:
+        raise RouterStateError(str(exc)) from None
 
 
 def parse_router_state(data: Any) -> RouterState:
@@ -227,6 +257,7 @@ def parse_router_state(data: Any) -> RouterState:
         beat_interval_s=float(_get(data, "beat_interval_s", (int, float), "state")),
         pools=tuple(pools),
         aliases=tuple(aliases),
+        teams=_teams(data.get("teams")),
     )
 
 

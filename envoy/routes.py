@@ -4,8 +4,9 @@ gateway_ext resolves every chat request to one ``model@version`` (explicit ``@vN
 pinning, the canary split) and sets ``x-route-version``; Envoy clears its route cache after the
 check and picks the route here: each served ``model@version`` matches that header exactly and
 forwards to its cluster, the live version of a model with a shadow also mirrors a fraction of
-requests to the shadow version. ``GET /v1/models`` is answered by Envoy itself; anything else
-gets an OpenAI-shaped error. Bad bodies, unknown models, keys and limits are the gateway's
+requests to the shadow version. ``GET /v1/models`` is answered by Envoy itself; ``/v1/batches``
+and ``/v1/files`` go to the batch service (``envoy_control.batch_route``, without the gateway's
+check); anything else gets an OpenAI-shaped error. Bad bodies, unknown models, keys and limits are the gateway's
 answers, before any route is chosen.
 """
 
@@ -15,6 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from envoy_control.batch_route import make_batch_routes
 from envoy_control.clusters import seconds
 from envoy_control.listeners import ROUTE_CONFIG_NAME
 from envoy_control.openai_errors import error_format, json_body_format
@@ -245,14 +247,16 @@ def make_error_routes() -> list[rc.Route]:
 
 
 def make_route_config(
-    aliases: Sequence[AliasRoute], version_keys: Sequence[str], *, name: str = ROUTE_CONFIG_NAME
+    aliases: Sequence[AliasRoute], version_keys: Sequence[str], *, name: str = ROUTE_CONFIG_NAME,
+    batch: bool = True,
 ) -> route_pb2.RouteConfiguration:
-    """The public API's routes: models list, one route per version (see
-    :func:`version_targets`), then errors."""
+    """The public API's routes: models list, the batch service's ``/v1/batches`` and
+    ``/v1/files`` (``batch``; its cluster is in each Envoy's bootstrap), one route per version
+    (see :func:`version_targets`), then errors."""
     targets = version_targets(aliases, version_keys)
     mirrors = shadows(aliases)
     names = list(dict.fromkeys([a.model for a in aliases] + list(version_keys)))
-    routes = [make_models_list_route(names)]
+    routes = [make_models_list_route(names), *(make_batch_routes() if batch else [])]
     routes += [make_version_route(k, mirrors.get(k)) for k in targets]
     routes += make_error_routes()
     host = rc.VirtualHost(name="api", domains=["*"], routes=routes)

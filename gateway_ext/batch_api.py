@@ -7,6 +7,11 @@
 | GET | ``/v1/batches/{batch_id}`` | status, counts, timestamps |
 | POST | ``/v1/batches/{batch_id}/cancel`` | the batch, ``cancelling`` until the worker stops it |
 
+The input is ``input_uri`` (``file://``, ``s3://``) or, as OpenAI's client sends it,
+``input_file_id`` of a file uploaded through ``/v1/files`` (:mod:`gateway_ext.batch_files_api`);
+the answer carries ``input_file_id``, ``output_file_id`` (once the output is written) and
+``completion_window`` for that client.
+
 Every route needs ``Authorization: Bearer <team key>`` (:class:`~gateway_ext.keys.KeyRing`).
 A batch belongs to the team whose key created it: any other team gets the same 404 as for an
 unknown id. Errors are OpenAI-shaped (:mod:`gateway_ext.errors`), raised here at the edge only;
@@ -26,10 +31,11 @@ from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway_ext.batch_files import BatchFileError, BatchFiles
-from gateway_ext.batch_lines import base_model
+from gateway_ext.batch_lines import base_model, first_model
 from gateway_ext.batch_models import ACTIVE, CHAT_ENDPOINT, BatchRecord, BatchStatus, batch_view
 from gateway_ext.batch_settings import BatchSettings
 from gateway_ext.batch_store import BatchStore
+from gateway_ext.batch_uploads import UploadStore, output_file_id, upload_id_of
 from gateway_ext.errors import ApiError, ErrorType, invalid, not_found
 from gateway_ext.keys import Authenticated, KeyRing, authorize
 from modelfleet.config import PlatformConfig, Team
@@ -56,6 +62,7 @@ class CreateBatch(BaseModel):
 
     model: str = Field(min_length=1, max_length=127)
     input_uri: str = Field(min_length=1, max_length=2048)
+    """``file://`` or ``s3://``; or, for a create with ``input_file_id``, the upload's URI."""
     output_uri: str | None = Field(default=None, min_length=1, max_length=2048)
     deadline: float | str | None = None
     """Seconds since the epoch, or an RFC 3339 time with a zone."""
@@ -97,9 +104,11 @@ def default_output_uri(input_uri: str) -> str:
 
 
 def new_batch(body: CreateBatch, team: Team, config: PlatformConfig, files: BatchFiles,
-              settings: BatchSettings, now: float) -> BatchRecord | ApiError:
-    """The record of a new batch of ``team`` at ``now`` (seconds), or why it is refused:
-    404 unknown model, 403 no batch tier on it, 400 for the rest."""
+              settings: BatchSettings, now: float,
+              batch_id: str | None = None) -> BatchRecord | ApiError:
+    """The record of a new batch ``batch_id`` (default: a fresh id) of ``team`` at ``now``
+    (seconds), or why it is refused: 404 unknown model, 403 no batch tier on it, 400 for the
+    rest. URIs must be the team's (:meth:`BatchFiles.check`)."""
     if body.endpoint != CHAT_ENDPOINT:
         return invalid(f"endpoint must be {CHAT_ENDPOINT}.", "endpoint")
     name, _, version = body.model.partition("@")
@@ -117,12 +126,13 @@ def new_batch(body: CreateBatch, team: Team, config: PlatformConfig, files: Batc
     output_uri = body.output_uri or default_output_uri(body.input_uri)
     for param, uri in (("input_uri", body.input_uri), ("output_uri", output_uri)):
         try:
-            files.check(uri)
+            files.check(uri, team.name)
         except BatchFileError as exc:
             return invalid(exc.message, param, exc.code)
-    if files.check(output_uri) == files.check(body.input_uri):
+    if files.check(output_uri, team.name) == files.check(body.input_uri, team.name):
         return invalid("output_uri must differ from input_uri.", "output_uri")
-    return BatchRecord(batch_id=f"batch_{uuid.uuid4().hex}", team=team.name, model=body.model,
+    return BatchRecord(batch_id=batch_id or f"batch_{uuid.uuid4().hex}", team=team.name,
+                       model=body.model,
                        input_uri=body.input_uri, output_uri=output_uri, deadline=deadline,
                        created_at=now, metadata=dict(body.metadata))
 
@@ -132,10 +142,47 @@ def batch_not_found(batch_id: str) -> ApiError:
     return not_found(f"No batch found with id '{batch_id[:80]}'.", "batch_id", "batch_not_found")
 
 
+def window_text(seconds: float) -> str:
+    """A completion window as OpenAI writes it: ``24h`` (whole hours), else ``5400s``."""
+    whole = round(seconds)
+    return f"{whole // 3600}h" if whole % 3600 == 0 else f"{whole}s"
+
+
+def from_upload(payload: dict[str, Any], team: str, uploads: UploadStore | None,
+                files: BatchFiles, batch_id: str) -> dict[str, Any]:
+    """A create body with ``input_file_id`` turned into ``input_uri`` (the upload's) and, unless
+    given, ``output_uri`` beside it (``<batch_id>.output.jsonl`` in the team's files folder) and
+    ``model`` from the file's first line that names one. Raises :class:`ApiFailure` for an
+    unknown file (or another team's), a body giving both inputs, a file naming no model."""
+    body = dict(payload)
+    file_id = body.pop("input_file_id")
+    if "input_uri" in body:
+        raise ApiFailure(invalid("Give input_file_id or input_uri, not both.", "input_file_id"))
+    record = uploads.get(str(file_id), team) if uploads is not None else None
+    team_dir = files.team_dir(team)
+    if record is None or team_dir is None:
+        raise ApiFailure(not_found(f"No such File object: {str(file_id)[:80]}",
+                                   "input_file_id", "file_not_found"))
+    body["input_uri"] = record.uri
+    body.setdefault("output_uri", (team_dir / f"{batch_id}.output.jsonl").as_uri())
+    if not body.get("model"):
+        try:
+            model = first_model(files.read(record.uri, team=team))
+        except BatchFileError as exc:
+            raise ApiFailure(invalid(exc.message, "input_file_id", exc.code)) from None
+        if model is None:
+            raise ApiFailure(invalid("No line of the file names a model (body.model).",
+                                     "model"))
+        body["model"] = model
+    return body
+
+
 def batch_router(store: BatchStore, keys: KeyRing, config: PlatformConfig, files: BatchFiles,
-                 settings: BatchSettings, clock: Callable[[], float] = time.time) -> APIRouter:
-    """The routes over ``store``; ``clock`` is wall-clock seconds. Routes are plain functions
-    (FastAPI runs them in its thread pool: the store's calls block)."""
+                 settings: BatchSettings, clock: Callable[[], float] = time.time,
+                 uploads: UploadStore | None = None) -> APIRouter:
+    """The routes over ``store`` (and ``uploads`` for ``input_file_id``); ``clock`` is
+    wall-clock seconds. Routes are plain functions (FastAPI runs them in its thread pool: the
+    store's calls block)."""
     router = APIRouter()
 
     def team_of(authorization: str | None) -> Team:
@@ -146,21 +193,26 @@ def batch_router(store: BatchStore, keys: KeyRing, config: PlatformConfig, files
         return auth.team
 
     def view(record: BatchRecord) -> dict[str, Any]:
-        return batch_view(record, store.counts(record.batch_id))
+        out = batch_view(record, store.counts(record.batch_id))
+        out.update(input_file_id=upload_id_of(record.input_uri), error_file_id=None,
+                   output_file_id=None if record.output_written_at is None
+                   else output_file_id(record.batch_id),
+                   completion_window=window_text(record.deadline - record.created_at))
+        return out
 
     @router.post("/v1/batches")
     def create(payload: Annotated[Any, Body()], authorization: Auth = None) -> dict[str, Any]:
         team = team_of(authorization)
+        batch_id = f"batch_{uuid.uuid4().hex}"
         if isinstance(payload, dict) and "input_file_id" in payload:
-            raise ApiFailure(invalid("input_file_id is not supported here: give input_uri "
-                                     "(file:// or s3://).", "input_file_id"))
+            payload = from_upload(payload, team.name, uploads, files, batch_id)
         try:
             body = CreateBatch.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
             raise ApiFailure(invalid(f"{param or 'body'}: {first['msg']}", param)) from None
-        record = new_batch(body, team, config, files, settings, clock())
+        record = new_batch(body, team, config, files, settings, clock(), batch_id)
         if isinstance(record, ApiError):
             raise ApiFailure(record)
         store.insert(record)

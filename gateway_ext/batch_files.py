@@ -4,10 +4,19 @@ Output is written atomically: a local file goes to a temporary file in the same 
 (fsynced) that is renamed over the target; an S3 object is one ``PutObject`` of the whole file,
 which S3 shows whole or not at all. A reader never sees half an output.
 
-The service reads and writes with its own rights, on behalf of any team, so it confines them:
-``file://`` paths must lie under one of ``file_roots`` (symlinks resolved), and ``s3://``
-buckets must be in ``s3_buckets`` when that list is given. Errors are :class:`BatchFileError`
-values with a short code and a message that never quotes file content.
+The service reads and writes with its own rights, on behalf of any team, so it confines them
+per team (``check(uri, team)``):
+
+* ``file://`` paths must lie under one of ``file_roots`` (symlinks resolved). A root holding
+  ``{team}`` (``/data/batches/{team}``) is that team's alone; a root without it is shared by
+  every team (a single-tenant setup). ``files_dir/<team>`` (uploads through ``/v1/files`` and
+  their outputs) is the team's too, and no other team may name a path in it even when it lies
+  under a shared root.
+* ``s3://`` URIs must start with one of ``s3_buckets`` when that list is given: ``bucket`` (the
+  whole bucket, shared) or ``bucket/prefix/{team}/`` (that team's prefix).
+
+Errors are :class:`BatchFileError` values with a short code and a message that never quotes file
+content.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[impor
 
 MAX_INPUT_BYTES = 200 * 1024 * 1024
 """Largest input file, in bytes (OpenAI's batch input limit)."""
+TEAM_PLACEHOLDER = "{team}"
 
 
 class BatchFileError(Exception):
@@ -66,9 +76,11 @@ class BatchFiles:
 
     def __init__(self, file_roots: Sequence[Path], s3_buckets: Sequence[str] | None = None,
                  s3_endpoint_url: str | None = None,
-                 s3_client: Callable[[], Any] | None = None) -> None:
-        self.file_roots = [root.resolve() for root in file_roots]
-        self.s3_buckets = None if s3_buckets is None else set(s3_buckets)
+                 s3_client: Callable[[], Any] | None = None,
+                 files_dir: Path | None = None) -> None:
+        self.file_roots = list(file_roots)
+        self.s3_buckets = None if s3_buckets is None else list(s3_buckets)
+        self.files_dir = None if files_dir is None else files_dir.resolve()
         self._make_s3 = s3_client or (lambda: boto3.client(
             "s3", endpoint_url=s3_endpoint_url,
             config=Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3})))
@@ -79,23 +91,40 @@ class BatchFiles:
             self._s3 = self._make_s3()
         return self._s3
 
-    def check(self, uri: str) -> Location:
-        """The location of ``uri`` if this service may use it; raises :class:`BatchFileError`
-        (``invalid_uri``, ``uri_not_allowed``)."""
+    def team_dir(self, team: str) -> Path | None:
+        """Where ``team``'s uploads and their outputs live (None: no uploads)."""
+        return None if self.files_dir is None else self.files_dir / team
+
+    def roots(self, team: str | None) -> list[Path]:
+        """The directories ``team`` may name (resolved; team-only roots need a team)."""
+        out = [Path(str(r).replace(TEAM_PLACEHOLDER, team)) if team else r
+               for r in self.file_roots if team or TEAM_PLACEHOLDER not in str(r)]
+        own = self.team_dir(team) if team else None
+        return [r.resolve() for r in out] + ([own] if own is not None else [])
+
+    def check(self, uri: str, team: str | None = None) -> Location:
+        """The location of ``uri`` if this service may use it for ``team`` (None: only shared
+        roots and buckets); raises :class:`BatchFileError` (``invalid_uri``,
+        ``uri_not_allowed``)."""
         loc = parse_uri(uri)
         if loc.path is not None:
             resolved = loc.path.resolve()
-            if not any(resolved.is_relative_to(root) for root in self.file_roots):
-                raise BatchFileError("uri_not_allowed", "file:// paths must be under one of the "
-                                     "service's file roots.")
+            own = self.team_dir(team) if team else None
+            if not any(resolved.is_relative_to(root) for root in self.roots(team)) or (
+                    self.files_dir is not None and resolved.is_relative_to(self.files_dir)
+                    and (own is None or not resolved.is_relative_to(own))):
+                raise BatchFileError("uri_not_allowed", "file:// paths must be under one of "
+                                     "your team's file roots.")
             return Location("file", path=resolved)
-        if self.s3_buckets is not None and loc.bucket not in self.s3_buckets:
-            raise BatchFileError("uri_not_allowed", f"Bucket '{loc.bucket}' is not allowed.")
+        if self.s3_buckets is not None and not any(
+                _s3_allows(entry, team, loc) for entry in self.s3_buckets):
+            raise BatchFileError("uri_not_allowed", f"s3://{loc.bucket}/ with this prefix is "
+                                 "not allowed for your team.")
         return loc
 
-    def read(self, uri: str, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
-        """The whole file at ``uri`` (at most ``max_bytes`` bytes)."""
-        loc = self.check(uri)
+    def read(self, uri: str, max_bytes: int = MAX_INPUT_BYTES, team: str | None = None) -> bytes:
+        """The whole file at ``uri`` (at most ``max_bytes`` bytes), read for ``team``."""
+        loc = self.check(uri, team)
         if loc.path is not None:
             try:
                 if loc.path.stat().st_size > max_bytes:
@@ -121,10 +150,11 @@ class BatchFiles:
             raise BatchFileError("input_unreadable", f"S3 unreachable: "
                                  f"{exc.__class__.__name__}.") from None
 
-    def write_lines(self, uri: str, lines: Sequence[str]) -> None:
-        """Write ``lines`` (JSON text, one per line) to ``uri`` atomically, replacing it."""
+    def write_lines(self, uri: str, lines: Sequence[str], team: str | None = None) -> None:
+        """Write ``lines`` (JSON text, one per line) to ``uri`` atomically for ``team``,
+        replacing it."""
         data = "".join(line + "\n" for line in lines).encode()
-        loc = self.check(uri)
+        loc = self.check(uri, team)
         if loc.path is not None:
             try:
                 _atomic_write(loc.path, data)
@@ -138,6 +168,24 @@ class BatchFiles:
         except (ClientError, BotoCoreError) as exc:
             raise BatchFileError("output_unwritable", f"S3 refused the write: "
                                  f"{exc.__class__.__name__}.") from None
+
+
+def _s3_allows(entry: str, team: str | None, loc: Location) -> bool:
+    """Whether ``--s3-bucket`` ``entry`` (``bucket`` or ``bucket/prefix``, maybe with
+    ``{team}``) covers ``loc`` for ``team``."""
+    if TEAM_PLACEHOLDER in entry:
+        if not team:
+            return False
+        entry = entry.replace(TEAM_PLACEHOLDER, team)
+    bucket, _, prefix = entry.partition("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return loc.bucket == bucket and loc.key.startswith(prefix)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`_atomic_write`)."""
+    _atomic_write(path, data)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -110,3 +110,18 @@ def parse_input(data: bytes, model: str, max_lines: int = MAX_LINES) -> list[Par
     if not out:
         return FileError("empty_file", "The input file has no request lines.")
     return out
+
+
+def first_model(data: bytes) -> str | None:
+    """The ``body.model`` of the first line that names one (OpenAI's batch create has no
+    ``model``: a batch made from an uploaded file takes it from its lines), else None."""
+    for raw in data.splitlines():
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        body = obj.get("body") if isinstance(obj, dict) else None
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model:
+            return model
+    return None

@@ -1,5 +1,5 @@
-"""``python -m gateway_ext.batch_main``: the batch service: the ``/v1/batches`` API and/or the
-worker that sends batch lines through the platform's API at tier ``batch``.
+"""``python -m gateway_ext.batch_main``: the batch service: the ``/v1/batches`` and ``/v1/files``
+API and/or the worker that sends batch lines through the platform's API at tier ``batch``.
 
     python -m gateway_ext.batch_main --config config --host 127.0.0.1 --port 8091 \\
         --db-url sqlite:///modelfleet-usage.db --table-prefix mf_ \\
@@ -36,9 +36,11 @@ from starlette.responses import JSONResponse, Response
 from gateway_ext.batch_api import ApiFailure, batch_router
 from gateway_ext.batch_context import RunContext, tiers_from
 from gateway_ext.batch_files import BatchFiles
+from gateway_ext.batch_files_api import files_router
 from gateway_ext.batch_metrics import make_batch_metrics
 from gateway_ext.batch_settings import BatchSettings, team_keys
 from gateway_ext.batch_store import BatchStore
+from gateway_ext.batch_uploads import UploadStore
 from gateway_ext.batch_worker import BatchWorker
 from gateway_ext.errors import ApiError, invalid
 from gateway_ext.keys import Authenticated, KeyRing
@@ -68,7 +70,9 @@ def create_batch_app(settings: BatchSettings, config: PlatformConfig,
     ``files`` and the worker's HTTP ``transport`` may be given (tests); ValueError on bad keys."""
     ring = KeyRing(config.teams)
     store = store or BatchStore(settings.db_url, settings.table_prefix)
-    files = files or BatchFiles(settings.file_roots, settings.s3_buckets, settings.s3_endpoint_url)
+    files = files or BatchFiles(settings.file_roots, settings.s3_buckets, settings.s3_endpoint_url,
+                                files_dir=settings.files_dir)
+    uploads = UploadStore(store.engine, settings.table_prefix)
     registry = CollectorRegistry()
     metrics = make_batch_metrics(registry)
     keys = checked_keys(settings, config, ring) if settings.role != "api" else {}
@@ -76,6 +80,7 @@ def create_batch_app(settings: BatchSettings, config: PlatformConfig,
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(store.create_tables)
+        await asyncio.to_thread(uploads.create_tables)
         stop, task = asyncio.Event(), None
         client = httpx.AsyncClient(base_url=settings.api_base_url.rstrip("/") + "/",
                                    timeout=settings.request_timeout_s, transport=transport,
@@ -109,7 +114,8 @@ def create_batch_app(settings: BatchSettings, config: PlatformConfig,
     app.add_exception_handler(ApiFailure, api_failure)
     app.add_exception_handler(RequestValidationError, bad_request)
     if settings.role != "worker":
-        app.include_router(batch_router(store, ring, config, files, settings))
+        app.include_router(batch_router(store, ring, config, files, settings, uploads=uploads))
+        app.include_router(files_router(uploads, store, ring, files, settings))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -166,9 +172,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="seconds before the deadline when a batch at risk may go standard "
                          "(default 3600; 0: never)")
     ap.add_argument("--file-root", dest="file_roots", type=Path, action="append",
-                    help="directory file:// URIs must be under (repeatable; default: cwd)")
+                    help="directory file:// URIs must be under; with {team}: that team's only "
+                         "(repeatable; default: cwd)")
+    ap.add_argument("--files-dir", type=Path,
+                    help="where /v1/files uploads live, one folder per team "
+                         "(default ./batch-files)")
     ap.add_argument("--s3-bucket", dest="s3_buckets", action="append",
-                    help="bucket s3:// URIs may name (repeatable; default: any)")
+                    help="bucket or bucket/prefix/{team}/ s3:// URIs must start with "
+                         "(repeatable; default: any)")
     ap.add_argument("--s3-endpoint-url", help="S3-compatible endpoint (default: AWS)")
     ap.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return ap.parse_args(argv)

@@ -102,7 +102,8 @@ class BatchRun:
     async def _validate(self) -> None:
         rec, settings = self.rec, self.ctx.settings
         try:
-            data = await self._io(self.ctx.files.read, rec.input_uri, settings.max_input_bytes)
+            data = await self._io(self.ctx.files.read, rec.input_uri, settings.max_input_bytes,
+                                  rec.team)
             parsed = await asyncio.to_thread(parse_input, data, rec.model, settings.max_lines)
         except BatchFileError as exc:
             parsed = FileError(exc.code, exc.message)
@@ -136,7 +137,8 @@ class BatchRun:
     async def _write_and_move(self, src: BatchStatus, dst: BatchStatus) -> None:
         lines = await self._io(self.store.output, self.rec.batch_id)
         try:
-            await self._io(self.ctx.files.write_lines, self.rec.output_uri, lines)
+            await self._io(self.ctx.files.write_lines, self.rec.output_uri, lines,
+                           self.rec.team)
         except BatchFileError as exc:
             log.error("batch %s: output not written: %s", self.rec.batch_id, exc.message)
             error = {"code": exc.code, "message": exc.message, "param": "output_uri", "line": None}

@@ -70,9 +70,14 @@ class BatchSettings(BaseModel):
     """Deadline of a batch created with neither ``deadline`` nor ``completion_window``."""
     max_completion_window_s: float = Field(default=7 * 86400.0, gt=0)
     file_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
-    """``file://`` inputs and outputs must lie under one of these directories."""
+    """``file://`` inputs and outputs must lie under one of these directories; one holding
+    ``{team}`` is that team's alone, one without it is shared by every team."""
+    files_dir: Path = Field(default_factory=lambda: Path.cwd() / "batch-files")
+    """Files uploaded through ``/v1/files`` and the outputs of batches made from them, one
+    folder per team (``<files_dir>/<team>/``, readable by that team only)."""
     s3_buckets: list[str] | None = None
-    """Buckets ``s3://`` URIs may name (None: any the service's credentials reach)."""
+    """``bucket`` or ``bucket/prefix/{team}/`` entries ``s3://`` URIs must start with (None:
+    any bucket the service's credentials reach)."""
     s3_endpoint_url: str | None = None
     """An S3-compatible endpoint (tests: moto's server); None: AWS."""
     max_lines: int = Field(default=MAX_LINES, ge=1)

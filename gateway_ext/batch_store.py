@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, and_, bindparam, create_engine, func, or_, select, update
+from sqlalchemy import Engine, MetaData, and_, bindparam, func, or_, select, update
 
 from gateway_ext.batch_lines import ParsedLine
 from gateway_ext.batch_models import (
@@ -34,7 +34,7 @@ from gateway_ext.batch_models import (
     error_line,
 )
 from gateway_ext.batch_tables import batch_tables
-from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL, _connect_args
+from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL, make_engine
 
 _JSON_FIELDS = ("errors", "metadata")
 
@@ -64,8 +64,7 @@ class BatchStore:
 
     def __init__(self, url: str = DEFAULT_URL, table_prefix: str = DEFAULT_TABLE_PREFIX,
                  connect_timeout_s: float = 3.0) -> None:
-        self.engine: Engine = create_engine(
-            url, pool_pre_ping=True, connect_args=_connect_args(url, connect_timeout_s))
+        self.engine: Engine = make_engine(url, connect_timeout_s)
         self.metadata = MetaData()
         self.batches, self.lines = batch_tables(self.metadata, table_prefix)
 

@@ -60,6 +60,24 @@ class Settlement:
     remaining_tokens: int
 
 
+class Concurrency(StrEnum):
+    """What a shared open-request count said of a reservation: it holds a slot (``granted``), the
+    team is at its ``max_concurrency`` (``refused``, nothing charged), or nothing shared counted it
+    (``local``: the pool's own per-process count decides)."""
+
+    GRANTED = "granted"
+    REFUSED = "refused"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class CountedReservation:
+    """A bucket reservation and the open-request count's answer (see :class:`Concurrency`)."""
+
+    reservation: Reservation
+    concurrency: Concurrency
+
+
 def reservation_ttl_s(max_output_tokens: int, slowest_tokens_per_s: float = 10.0,
                       margin_s: float = 180.0) -> float:
     """Seconds a reservation lives unsettled: the longest stream of ``max_output_tokens`` tokens at

@@ -13,6 +13,10 @@ tries the shared store again:
   max_concurrency, guaranteed shares) is local state and stays fully enforced: the GPUs are
   protected, only the fairness between teams loosens.
 
+The service's :class:`~gateway_ext.async_fallback_store.AsyncFallbackBucketStore` follows the
+same rules, awaited, and also falls back from the shared ``max_concurrency`` count to the pool's
+per-process one; this synchronous store serves the simulator and the benchmark.
+
 Why open: the buckets protect teams from each other, not the fleet from overload. Failing closed
 would turn a Redis outage into a full API outage for every team; the seed asks the platform to
 keep serving when a dependency (the control plane) is down, and Envoy's own rate-limit service

@@ -10,7 +10,8 @@
 * ``settle``: the replica's report of real usage ends a running request: the bucket is settled
   (refund or overcharge), the pool slot and concurrency are released, the usage is metered. A
   report for a reservation this process does not hold (another gateway process admitted it, or
-  it restarted) still settles the shared bucket and meters the usage.
+  it restarted) still settles the shared bucket and meters the usage (with Redis,
+  :class:`~gateway_ext.shared_gate.SharedGate` also tells the admitting process to free its slot).
 * ``tick``: queue timeouts (503), admitted requests never settled (dropped when their reservation
   expires), garbage collection; ``run_timer`` calls it at the earliest queue deadline, and at
   least every ``interval_s``.
@@ -36,6 +37,7 @@ from gateway_ext.errors import ApiError, ErrorType, shed
 from gateway_ext.metrics import GatewayMetrics, MetricsRecorder
 from gateway_ext.request import header, parse_tier
 from gateway_ext.retry_budget import fingerprint, retry_after_headers
+from modelfleet.config.schema import TeamLimit
 
 CLIENT_GONE = ApiError(499, ErrorType.INVALID_REQUEST, "The client closed the request.",
                        "client_closed")
@@ -55,6 +57,8 @@ class UsageReport:
     cached_tokens: int
     completion_tokens: int
     outcome: str = "finished"
+    tier: str = "standard"
+    """The request's tier, metered on a settle for a reservation another process admitted."""
 
 
 @dataclass(slots=True)
@@ -103,7 +107,7 @@ class Gate:
         request queues) completes when the client leaves: the request then leaves the queue and
         :data:`CLIENT_GONE` is returned."""
         now = self.clock()
-        result = self.core.decide(headers, body, now, self.new_id())
+        result = await self._decide(headers, body, now)
         if isinstance(result, Refused):
             self._count_refusal(result, header(headers, "x-priority"))
             return result
@@ -149,7 +153,7 @@ class Gate:
         self._ended(rid)
         now = self.clock()
         self._refunded(admitted, admitted.request.reserve_tokens)
-        self._resolve(self.core.abandon(admitted, now, shed=False), now)
+        self._resolve(self._abandon(admitted, now, shed=False), now)
         if waiter is not None and not waiter.future.done():
             waiter.future.set_result(Refused(CLIENT_GONE))
 
@@ -165,6 +169,23 @@ class Gate:
             self._resolve(outcomes, now)
         else:
             settlement = self._settle_foreign(report, now)
+        self._record_settled(report, settlement)
+        return settlement
+
+    async def settle_async(self, report: UsageReport) -> Settlement:
+        """:meth:`settle` for the service (a gate whose store does I/O awaits it here)."""
+        return self.settle(report)
+
+    async def _decide(self, headers: Mapping[str, str], body: bytes,
+                      now: float) -> Admitted | Refused:
+        """The core's decision (a gate whose store does I/O awaits it here)."""
+        return self.core.decide(headers, body, now, self.new_id())
+
+    def _abandon(self, admitted: Admitted, now: float, shed: bool) -> list[Outcome]:
+        """A queued or just-admitted request leaves without running (see ``core.abandon``)."""
+        return self.core.abandon(admitted, now, shed)
+
+    def _record_settled(self, report: UsageReport, settlement: Settlement) -> None:
         if settlement.verdict in (SettleVerdict.SETTLED, SettleVerdict.EXPIRED):
             self.record.usage(report.team, report.model, report.prompt_tokens,
                               report.cached_tokens, report.completion_tokens)
@@ -172,23 +193,28 @@ class Gate:
             over = report.prompt_tokens + report.completion_tokens - settlement.reserved_tokens
             self.record.bucket(report.team, report.model, "refunded", max(0, -over))
             self.record.bucket(report.team, report.model, "overcharged", max(0, over))
-        return settlement
 
     def _settle_foreign(self, report: UsageReport, now: float) -> Settlement:
-        team = next((t for t in self.core.config.teams if t.name == report.team), None)
-        limit = next((lim for lim in team.limits if lim.model == report.model), None) if team \
-            else None
+        limit = self._foreign_limit(report)
         if limit is None:
             return Settlement(SettleVerdict.UNKNOWN, 0, 0)
         used = report.prompt_tokens + report.completion_tokens
         settlement = self.core.store.settle(BucketKey(report.team, report.model),
                                             limit.tokens_per_minute, report.reservation_id, used,
                                             now)
+        self._meter_foreign(report, settlement, now)
+        return settlement
+
+    def _foreign_limit(self, report: UsageReport) -> TeamLimit | None:
+        team = next((t for t in self.core.config.teams if t.name == report.team), None)
+        return next((lim for lim in team.limits if lim.model == report.model), None) if team \
+            else None
+
+    def _meter_foreign(self, report: UsageReport, settlement: Settlement, now: float) -> None:
         if settlement.verdict in (SettleVerdict.SETTLED, SettleVerdict.EXPIRED):
             self.core.meter.record_usage(report.team, report.model, report.version, now,
                                          report.prompt_tokens, report.cached_tokens,
-                                         report.completion_tokens)
-        return settlement
+                                         report.completion_tokens, report.tier)
 
     def set_capacity(self, pool: str, capacity_tokens: int) -> None:
         """New capacity (tokens in flight) for ``pool``: queued requests that now fit run."""
@@ -248,7 +274,7 @@ class Gate:
                     waiter.future.set_result(admitted)
                 continue
             self._refunded(admitted, admitted.request.reserve_tokens)
-            work += self.core.abandon(admitted, now, shed=True)
+            work += self._abandon(admitted, now, shed=True)
             delay = self.core.retry.refused(admitted.team, waiter.print_, outcome.retry_after_s,
                                             now)
             error = shed(f"The '{admitted.request.model}' pool is overloaded; "

@@ -14,6 +14,9 @@ balance bounded by tokens in flight (prompt plus remaining output of everything 
   ``floor_tokens`` is never skipped: in a nearly idle pool one request puts its replica above
   125% of the (tiny) average, and spilling then would trade a warm prefix cache for nothing.
 * **No conversation id**: the replica with the least tokens in flight.
+* **Health first** (:func:`first_choices`): the caller leaves out replicas it has reason to
+  think dead (a stale beat) before picking, unless that would leave none; they may still be
+  reached through Envoy's fallback policy.
 * **Baselines** for the routing A/B: :func:`pick_round_robin` and :func:`pick_least_loaded`.
 
 Loads are tokens (a missing replica reads 0: it has not reported yet). Every result is a
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -106,6 +109,13 @@ def ring_order(ring: Ring, key: str) -> tuple[str, ...]:
                     break
         order = ring._orders[start] = tuple(seen)
     return order
+
+
+def first_choices(replicas: Sequence[str], suspect: Collection[str]) -> tuple[str, ...]:
+    """``replicas`` (in order) without the ``suspect`` ones; all of ``replicas`` when every one
+    is suspect: a pick never fails for health, Envoy's retries still stand behind it."""
+    healthy = tuple(r for r in replicas if r not in suspect)
+    return healthy or tuple(replicas)
 
 
 def over_bound(loads: Mapping[str, int], replicas: Sequence[str], bound: float,

@@ -1,14 +1,19 @@
 """Conversation pins: conversation -> the version it started on, bounded and expiring.
 
-One operation, :meth:`PinStore.resolve`: keep the existing pin if it is still valid (and refresh
-its TTL), else write the candidate; both stores apply :func:`gateway_ext.versions.settle_pin`.
+A conversation is (team, model, conversation id): two teams that happen to use the same id
+never share a pin. One operation, :meth:`PinStore.resolve`: keep the existing pin if it is
+still valid (and refresh its TTL), else write the candidate; both stores apply
+:func:`gateway_ext.versions.settle_pin`.
 
 * :class:`MemoryPinStore`: one process's map, least recently used first out past
   ``max_entries``, each pin forgotten ``ttl_s`` seconds after its conversation's last turn
   (clock injected).
 * :class:`RedisPinStore`: every gateway process agrees; one Lua script per turn (read, compare,
-  write or refresh, atomically), keys ``<prefix>:pin:{<model>}:<conversation id>`` with a
-  ``PX`` TTL that slides with each turn.
+  write or refresh, atomically), keys ``<prefix>:tpin:{<model>}:<team>:<conversation id>``
+  with a ``PX`` TTL that slides with each turn. Migration: pins written before pins were per
+  team (``<prefix>:pin:{<model>}:<conversation id>``, same hash slot) are still read when a
+  conversation has no pin under the new key, and copied there; they are never written again and
+  expire within one TTL, after which ``read_legacy=False`` saves the extra read.
 * :class:`FallbackPinStore`: Redis, and this process's memory for ``retry_s`` seconds after a
   Redis failure (a conversation whose pin lives only in Redis is split again meanwhile: it
   keeps its version unless the canary percent changed since it started).
@@ -35,10 +40,13 @@ DEFAULT_MAX_ENTRIES = 1_000_000
 
 RESOLVE_SCRIPT = """
 local pinned = redis.call('GET', KEYS[1])
+if not pinned and #KEYS > 1 then
+  pinned = redis.call('GET', KEYS[2])
+end
 if pinned then
   for i = 3, #ARGV do
     if ARGV[i] == pinned then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      redis.call('SET', KEYS[1], pinned, 'PX', ARGV[2])
       return {pinned, 0}
     end
   end
@@ -46,16 +54,17 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[1], 1}
 """
-"""KEYS: pin key. ARGV: candidate, ttl ms, valid versions... Returns {version, written}."""
+"""KEYS: pin key[, legacy pin key]. ARGV: candidate, ttl ms, valid versions... Returns
+{version, written}."""
 
 
 class PinStore(Protocol):
     """Where conversation pins live."""
 
-    def resolve(self, model: str, conversation_id: str, candidate: str,
+    def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
-        """``(version, new_pin)``: the conversation's pin if it is one of ``valid`` (its TTL
-        refreshed), else ``candidate``, now pinned."""
+        """``(version, new_pin)``: the pin of ``team``'s conversation on ``model`` if it is one of
+        ``valid`` (its TTL refreshed), else ``candidate``, now pinned."""
         ...
 
 
@@ -66,16 +75,16 @@ class MemoryPinStore:
     def __init__(self, ttl_s: float = DEFAULT_TTL_S, max_entries: int = DEFAULT_MAX_ENTRIES,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
-        self._pins: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._pins: OrderedDict[tuple[str, str, str], tuple[str, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._pins)
 
-    def resolve(self, model: str, conversation_id: str, candidate: str,
+    def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
         """See :meth:`PinStore.resolve`."""
         now = self.clock()
-        key = (model, conversation_id)
+        key = (team, model, conversation_id)
         found = self._pins.get(key)
         existing = found[0] if found is not None and found[1] > now else None
         version, written = settle_pin(existing, candidate, valid)
@@ -98,19 +107,27 @@ class RedisPinStore:
     """Pins shared by every gateway process through Redis (see :data:`RESOLVE_SCRIPT`)."""
 
     def __init__(self, client: redis.Redis, prefix: str = "mf",
-                 ttl_s: float = DEFAULT_TTL_S) -> None:
+                 ttl_s: float = DEFAULT_TTL_S, read_legacy: bool = True) -> None:
         self.client, self.prefix, self.ttl_s = client, prefix, ttl_s
+        self.read_legacy = read_legacy
         self._script = client.register_script(RESOLVE_SCRIPT)
 
-    def key(self, model: str, conversation_id: str) -> str:
-        """The Redis key of a pin (hash tag on the model)."""
+    def key(self, team: str, model: str, conversation_id: str) -> str:
+        """The Redis key of a pin (hash tag on the model; team names hold no ``:``)."""
+        return f"{self.prefix}:tpin:{{{model}}}:{team}:{conversation_id}"
+
+    def legacy_key(self, model: str, conversation_id: str) -> str:
+        """Where pins were kept before they were per team (read only, see the module)."""
         return f"{self.prefix}:pin:{{{model}}}:{conversation_id}"
 
-    def resolve(self, model: str, conversation_id: str, candidate: str,
+    def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
         """See :meth:`PinStore.resolve`; raises ``redis.RedisError`` when Redis fails."""
         args: list[str | int] = [candidate, max(1, round(self.ttl_s * 1000)), *valid]
-        version, written = self._script(keys=[self.key(model, conversation_id)], args=args)
+        keys = [self.key(team, model, conversation_id)]
+        if self.read_legacy:
+            keys.append(self.legacy_key(model, conversation_id))
+        version, written = self._script(keys=keys, args=args)
         text = version.decode() if isinstance(version, bytes) else str(version)
         return text, bool(written)
 
@@ -132,16 +149,16 @@ class FallbackPinStore:
         """True while pins are kept in this process only."""
         return self.clock() < self._down_until
 
-    def resolve(self, model: str, conversation_id: str, candidate: str,
+    def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
         """See :meth:`PinStore.resolve`."""
         if not self.degraded:
             try:
-                return self.primary.resolve(model, conversation_id, candidate, valid)
+                return self.primary.resolve(team, model, conversation_id, candidate, valid)
             except self.errors as exc:
                 log.warning("pin store unreachable, pinning in this process for %.1f s: %s",
                             self.retry_s, exc.__class__.__name__)
                 self._down_until = self.clock() + self.retry_s
                 if self.on_fallback is not None:
                     self.on_fallback()
-        return self.fallback.resolve(model, conversation_id, candidate, valid)
+        return self.fallback.resolve(team, model, conversation_id, candidate, valid)

@@ -6,11 +6,16 @@ the pools of one model sharing one :class:`~gateway_ext.concurrency.TeamConcurre
 the version's load-tested ``capacity.tokens_in_flight`` per replica x its replicas. Until the
 control plane's router state feeds live replica counts, they come from the config's
 ``local.replicas`` (what ``modelfleet up`` starts) or an override.
+
+A version the control plane serves but this gateway's config does not declare (registered later
+through the admin API) gets its pool when the router state first lists it
+(:func:`with_state_pool`): shaped like its model's other pools, its capacity from the state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from gateway_ext.admission import AdmissionConfig, PoolAdmission, pool_capacity_tokens
 from gateway_ext.bucket_store import reservation_ttl_s
@@ -59,3 +64,23 @@ def make_pools(config: PlatformConfig, capacities: Mapping[str, int], max_queue:
         concurrency = shared.setdefault(model_name, TeamConcurrency())
         pools[key] = PoolAdmission(capacity, admission, concurrency)
     return pools
+
+
+def with_state_pool(pools: Mapping[str, PoolAdmission], config: PlatformConfig, key: str,
+                    capacity_tokens: int) -> dict[str, PoolAdmission] | None:
+    """``pools`` plus an admission pool for ``key`` (``model@version``, a version this gateway's
+    config does not declare) holding ``capacity_tokens`` tokens in flight; None when the model
+    itself is unknown here (no team may use it) or no pool exists to copy the queue settings
+    from. The new pool takes a sibling's settings (queue bound and timeouts) and shares its
+    team concurrency: a team's ``max_concurrency`` still counts across the model's versions."""
+    model_name = key.partition("@")[0]
+    model = config.model(model_name)
+    if model is None or key in pools or not pools:
+        return None
+    sibling = next((p for k, p in sorted(pools.items()) if k.partition("@")[0] == model_name),
+                   None)
+    template = sibling if sibling is not None else next(iter(pools.values()))
+    admission = replace(template.config,
+                        in_flight_ttl_s=reservation_ttl_s(model.max_output_tokens))
+    concurrency = sibling.concurrency if sibling is not None else TeamConcurrency()
+    return {**pools, key: PoolAdmission(capacity_tokens, admission, concurrency)}

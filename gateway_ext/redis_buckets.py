@@ -9,8 +9,14 @@ Keys (``{...}`` is a Redis Cluster hash tag, so a bucket and its reservations sh
 
     <prefix>:bucket:{<team>:<model>}          "<level>:<updated>"  level in 1/60000 token, ms
     <prefix>:resv:{<team>:<model>}:<id>       "<tokens>:<expires>:<settled>"  tokens, ms, 0/1
+    <prefix>:open:{<team>:<model>}            ZSET of open reservation ids scored by expiry (ms)
 
 Plain strings rather than hashes: one ``SET ... PX`` per write instead of ``HSET`` + ``PEXPIRE``.
+
+The ``open`` set is the team's ``max_concurrency`` count shared by every gateway process: a reserve
+given a limit drops expired members, refuses (``max_concurrency``, nothing charged) when the set is
+full, else adds the reservation with the bucket charge in the same script; every settle removes it
+(idempotent), so a settle landing on any process frees the slot at once.
 
 Reservation expiry is logical (``expires`` against the ``now`` argument); Redis key TTLs only
 collect garbage: a reservation key lives ``ttl + gc_grace`` real milliseconds, a bucket key until it
@@ -25,7 +31,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from gateway_ext.bucket_store import BucketKey, Settlement, SettleVerdict
+from gateway_ext.bucket_store import (
+    BucketKey,
+    Concurrency,
+    CountedReservation,
+    Settlement,
+    SettleVerdict,
+)
 from gateway_ext.buckets import BucketState, Reservation, Verdict, check_limit, to_ms
 
 DEFAULT_PREFIX = "mf"
@@ -71,14 +83,23 @@ local lv, up = refill(level, updated, rate, now)
 """
 
 RESERVE_SCRIPT = _PRELUDE + """
--- ARGV[4] cost (tokens), ARGV[5] ttl (ms)
-local cost, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+-- ARGV[4] cost (tokens), ARGV[5] ttl (ms), ARGV[6] max open reservations (-1: not counted),
+-- ARGV[7] reservation id
+local cost, ttl, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'reserved', tokens(lv), 0, reset(lv, rate)}
 end
 if cost > rate then return {'too_large', tokens(lv), 0, reset(lv, rate)} end
 local units = cost * UNITS
 if lv >= units then
+  if cap >= 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    if redis.call('ZCARD', KEYS[3]) >= cap then
+      return {'max_concurrency', tokens(lv), 0, reset(lv, rate)}
+    end
+    redis.call('ZADD', KEYS[3], int(now + ttl), ARGV[7])
+    redis.call('PEXPIRE', KEYS[3], int(ttl + gc))
+  end
   lv = lv - units
   save(KEYS[1], lv, up, rate, gc)
   redis.call('SET', KEYS[2], int(cost) .. ':' .. int(now + ttl) .. ':0', 'PX', int(ttl + gc))
@@ -88,8 +109,9 @@ return {'denied', tokens(lv), cdiv(units - lv, rate), reset(lv, rate)}
 """
 
 SETTLE_SCRIPT = _PRELUDE + """
--- ARGV[4] used (tokens)
+-- ARGV[4] used (tokens), ARGV[5] reservation id
 local used = tonumber(ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[5])
 local r = redis.call('GET', KEYS[2])
 if not r then return {'unknown', 0, tokens(lv)} end
 local reserved, expires, settled = string.match(r, '^(%d+):(-?%d+):([01])$')
@@ -113,6 +135,11 @@ def reservation_redis_key(prefix: str, key: BucketKey, reservation_id: str) -> s
     return f"{prefix}:resv:{{{key.team}:{key.model}}}:{reservation_id}"
 
 
+def open_redis_key(prefix: str, key: BucketKey) -> str:
+    """The Redis key of the set of ``key``'s open reservations (its ``max_concurrency`` count)."""
+    return f"{prefix}:open:{{{key.team}:{key.model}}}"
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -120,6 +147,14 @@ def _text(value: Any) -> str:
 def _reservation(reply: Sequence[Any], tokens_per_minute: int) -> Reservation:
     return Reservation(Verdict(_text(reply[0])), tokens_per_minute, int(reply[1]), int(reply[2]),
                        int(reply[3]))
+
+
+def _counted(reply: Sequence[Any], tokens_per_minute: int) -> CountedReservation:
+    verdict = _text(reply[0])
+    if verdict == "max_concurrency":  # nothing charged: the bucket as it is
+        return CountedReservation(Reservation(Verdict.RESERVED, tokens_per_minute, int(reply[1]),
+                                              0, int(reply[3])), Concurrency.REFUSED)
+    return CountedReservation(_reservation(reply, tokens_per_minute), Concurrency.GRANTED)
 
 
 def _settlement(reply: Sequence[Any]) -> Settlement:
@@ -146,7 +181,19 @@ class _RedisStoreBase:
 
     def _keys(self, key: BucketKey, reservation_id: str) -> list[str]:
         return [bucket_redis_key(self.prefix, key),
-                reservation_redis_key(self.prefix, key, reservation_id)]
+                reservation_redis_key(self.prefix, key, reservation_id),
+                open_redis_key(self.prefix, key)]
+
+    def _reserve_args(self, tokens_per_minute: int, cost: int, reservation_id: str, now: float,
+                      ttl_s: float, max_open: int) -> list[Any]:
+        check_limit(tokens_per_minute)
+        return [to_ms(now), tokens_per_minute, self.gc_grace_ms, cost, to_ms(ttl_s), max_open,
+                reservation_id]
+
+    def _settle_args(self, tokens_per_minute: int, reservation_id: str, used: int,
+                     now: float) -> list[Any]:
+        check_limit(tokens_per_minute)
+        return [to_ms(now), tokens_per_minute, self.gc_grace_ms, used, reservation_id]
 
 
 class RedisBucketStore(_RedisStoreBase):
@@ -160,16 +207,14 @@ class RedisBucketStore(_RedisStoreBase):
     def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int, reservation_id: str,
                 now: float, ttl_s: float) -> Reservation:
         """See :meth:`~gateway_ext.bucket_store.BucketStore.reserve`."""
-        check_limit(tokens_per_minute)
-        args = [to_ms(now), tokens_per_minute, self.gc_grace_ms, cost, to_ms(ttl_s)]
+        args = self._reserve_args(tokens_per_minute, cost, reservation_id, now, ttl_s, -1)
         reply = self._reserve(keys=self._keys(key, reservation_id), args=args)
         return _reservation(reply, tokens_per_minute)
 
     def settle(self, key: BucketKey, tokens_per_minute: int, reservation_id: str, used: int,
                now: float) -> Settlement:
         """See :meth:`~gateway_ext.bucket_store.BucketStore.settle`."""
-        check_limit(tokens_per_minute)
-        args = [to_ms(now), tokens_per_minute, self.gc_grace_ms, used]
+        args = self._settle_args(tokens_per_minute, reservation_id, used, now)
         return _settlement(self._settle(keys=self._keys(key, reservation_id), args=args))
 
     def bucket_state(self, key: BucketKey) -> BucketState | None:
@@ -188,16 +233,25 @@ class AsyncRedisBucketStore(_RedisStoreBase):
     async def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int,
                       reservation_id: str, now: float, ttl_s: float) -> Reservation:
         """As :meth:`RedisBucketStore.reserve`, awaited."""
-        check_limit(tokens_per_minute)
-        args = [to_ms(now), tokens_per_minute, self.gc_grace_ms, cost, to_ms(ttl_s)]
+        args = self._reserve_args(tokens_per_minute, cost, reservation_id, now, ttl_s, -1)
         reply = await self._reserve(keys=self._keys(key, reservation_id), args=args)
         return _reservation(reply, tokens_per_minute)
+
+    async def reserve_counted(self, key: BucketKey, tokens_per_minute: int, cost: int,
+                              reservation_id: str, now: float, ttl_s: float,
+                              max_concurrency: int) -> CountedReservation:
+        """:meth:`reserve`, and in the same script take one of ``key``'s ``max_concurrency``
+        open-request slots (refused: nothing charged); the slot is freed by any settle of
+        ``reservation_id`` or when the reservation expires."""
+        args = self._reserve_args(tokens_per_minute, cost, reservation_id, now, ttl_s,
+                                  max(0, max_concurrency))
+        reply = await self._reserve(keys=self._keys(key, reservation_id), args=args)
+        return _counted(reply, tokens_per_minute)
 
     async def settle(self, key: BucketKey, tokens_per_minute: int, reservation_id: str,
                      used: int, now: float) -> Settlement:
         """As :meth:`RedisBucketStore.settle`, awaited."""
-        check_limit(tokens_per_minute)
-        args = [to_ms(now), tokens_per_minute, self.gc_grace_ms, used]
+        args = self._settle_args(tokens_per_minute, reservation_id, used, now)
         return _settlement(await self._settle(keys=self._keys(key, reservation_id), args=args))
 
     async def bucket_state(self, key: BucketKey) -> BucketState | None:

@@ -4,7 +4,12 @@
 a healthy control plane answers at least every second, and within milliseconds of a change),
 hands each newer state to the :class:`~gateway_ext.routing.Router` and sets every pool's
 admission capacity (``Gate.set_capacity``: routable replicas x the version's load-tested tokens
-in flight per replica; canary replicas are their own pool's capacity, on top of the live one).
+in flight per replica; canary replicas are their own pool's capacity, on top of the live one),
+and puts the state's team limits (config + admin overrides) into the decisions
+(:mod:`gateway_ext.team_limits`): a ``PUT /admin/teams/{team}/limits`` applies without a restart.
+A version of a known model that the state serves but this gateway's config does not declare
+(registered through the admin API later) gets an admission pool once it has routable replicas
+(:func:`gateway_ext.pools.with_state_pool`), so its canary or alias needs no gateway restart.
 
 At start it takes the state file (the control plane's ``--state-file``, or this gateway's own
 copy with ``write_file``) if there is one, so a gateway restarted while the control plane is
@@ -31,7 +36,9 @@ from envoy_control.router_state import (
 )
 
 from gateway_ext.gate import Gate
+from gateway_ext.pools import with_state_pool
 from gateway_ext.routing import Router
+from gateway_ext.team_limits import with_team_limits
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +87,28 @@ class RouterFeed:
             task.add_done_callback(self._writes.discard)
 
     def _apply(self, state: RouterState, source: str) -> None:
+        core = self.gate.core
+        config = with_team_limits(core.config, state.teams)
+        if config is not core.config:
+            log.info("team limits from %s: state %d", source, state.state_version)
+            core.use_config(config)
         capacities = self.router.apply_state(state, self.clock(), source)
         for pool, capacity in capacities.items():
+            if pool not in self.gate.core.pools and capacity > 0:
+                self._add_pool(pool)
             if self._capacity.get(pool) != capacity and pool in self.gate.core.pools:
                 self.gate.set_capacity(pool, capacity)
                 self._capacity[pool] = capacity
+
+    def _add_pool(self, key: str) -> None:
+        """An admission pool for a version only the state serves (registered through the admin
+        API after this gateway started), once it has routable replicas."""
+        core = self.gate.core
+        pools = with_state_pool(core.pools, core.config, key, 0)
+        if pools is not None:
+            core.pools = pools
+            self.router.serve(key)
+            log.info("pool %s added from the router state", key)
 
     async def _save(self, state: RouterState) -> None:
         assert self.state_file is not None

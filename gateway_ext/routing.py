@@ -6,20 +6,25 @@
 the long poll that feeds it is :mod:`gateway_ext.router_feed`.
 
 * :meth:`Router.choose_version` (step 6 of the decision): explicit ``@vN``, else the pinned
-  version, else the canary split, pinned (:mod:`gateway_ext.versions`). Aliases come from the
-  router state, or from the gateway's own config until a state arrives.
+  version, else the canary split, pinned (:mod:`gateway_ext.versions`); conversations are
+  scoped by (team, model, conversation id). Aliases come from the router state, or from the
+  gateway's own config until a state arrives.
 * :meth:`Router.route` (when a request is admitted, at once or out of the queue): a replica of
-  the version's pool by :mod:`gateway_ext.picking` over the routable replicas, loads = last
-  report + sent since; the choice and its fallbacks go to Envoy as ``ip:port,ip:port,...`` in
+  the version's pool by :mod:`gateway_ext.picking` over the routable replicas whose last beat is
+  not stale (:meth:`~envoy_control.router_state.RouterState.stale`; all of them if every one
+  is), loads = last report + sent since; the choice and its fallbacks go to Envoy as
+  ``ip:port,ip:port,...`` in
   ``x-gateway-destination-endpoint`` (Envoy's ``override_host`` policy tries them in order, one
   per attempt; an address not in the cluster is skipped). No state or no replica: no header,
   and Envoy's ring hash (``hash_balance_factor`` 125) picks.
 * :meth:`Router.apply_state`: a new state; returns each pool's capacity (routable replicas x
-  the version's load-tested tokens in flight per replica) for admission.
+  the version's load-tested tokens in flight per replica) for admission, also for a version of
+  a known model that only the state serves (the feed then adds its pool: :meth:`Router.serve`).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -35,6 +40,7 @@ from gateway_ext.picking import (
     Pick,
     Ring,
     build_ring,
+    first_choices,
     over_bound,
     pick,
     pick_least_loaded,
@@ -43,8 +49,16 @@ from gateway_ext.picking import (
 from gateway_ext.pins import PinStore
 from gateway_ext.replica_load import SentLedger
 from gateway_ext.request import ChatRequest
-from gateway_ext.versions import VersionReason, alias_of, choose, pin_targets
+from gateway_ext.versions import (
+    VersionReason,
+    alias_of,
+    choose,
+    conversation_key,
+    pin_targets,
+)
 from modelfleet.config.schema import PlatformConfig
+
+log = logging.getLogger(__name__)
 
 
 class Picking(StrEnum):
@@ -75,7 +89,7 @@ class Router:
                  clock: Callable[[], float] = time.monotonic,
                  on_pick: Callable[[str, str], None] | None = None,
                  on_pin: Callable[[str], None] | None = None) -> None:
-        self.config, self.pins, self.pools = config, pins, frozenset(pools)
+        self.config, self.pins, self.pools = config, pins, set(pools)
         self.policy = policy or RoutingPolicy()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -99,17 +113,24 @@ class Router:
             alias = replace(alias, canary=None, canary_percent=0.0)
         return alias
 
-    def choose_version(self, request: ChatRequest) -> str:
-        """The version (``v13``) of an authorized, parsed request; see :mod:`gateway_ext.versions`."""
+    def serve(self, key: str) -> None:
+        """Admission now has a pool for ``key`` (``model@version``): route to it."""
+        self.pools.add(key)
+
+    def choose_version(self, request: ChatRequest, team: str | None = None) -> str:
+        """The version (``v13``) of an authorized, parsed request of ``team``; see
+        :mod:`gateway_ext.versions`. A conversation's split point and pin belong to (team,
+        model, conversation id): two teams reusing an id never share a pin."""
         alias = self.alias(request.model)
         if alias is None:
             raise ValueError(f"unknown model {request.model!r}")
         cid = request.conversation_id
         draw = self.rng.random() if not cid else 0.0
-        choice = choose(alias, request.version, cid, draw)
+        key = conversation_key(team, request.model, cid) if cid else None
+        choice = choose(alias, request.version, key, draw)
         if choice.reason is not VersionReason.SPLIT or not cid:
             return choice.version
-        version, written = self.pins.resolve(request.model, cid, choice.version,
+        version, written = self.pins.resolve(team or "", request.model, cid, choice.version,
                                              pin_targets(alias))
         if self._on_pin is not None:
             self._on_pin("new" if written else "kept")
@@ -122,7 +143,7 @@ class Router:
         if pool is None or not pool.replicas:
             return admitted
         loads = self.ledger.loads({r.replica_id: r.tokens_in_flight for r in pool.replicas})
-        chosen = self.pick(pool, admitted.request.conversation_id, loads)
+        chosen = self.pick(pool, admitted.request.conversation_id, loads, self.stale_ids(pool))
         self.ledger.add(admitted.reservation_id, chosen.replica,
                         admitted.request.reserve_tokens, now)
         if self._on_pick is not None:
@@ -131,10 +152,17 @@ class Router:
         value = ",".join(address[r] for r in (chosen.replica, *chosen.fallbacks))
         return replace(admitted, headers={**admitted.headers, DESTINATION_HEADER: value})
 
+    def stale_ids(self, pool: PoolRoute) -> frozenset[str]:
+        """Replicas of ``pool`` whose last beat was stale when the state was published."""
+        state = self.state
+        return frozenset(r.replica_id for r in pool.replicas
+                         if state is not None and state.stale(r))
+
     def pick(self, pool: PoolRoute, conversation_id: str | None,
-             loads: Mapping[str, int]) -> Pick:
-        """The policy's pick among ``pool``'s routable replicas (``loads`` in tokens)."""
-        ids = tuple(r.replica_id for r in pool.replicas)
+             loads: Mapping[str, int], stale: Collection[str] = ()) -> Pick:
+        """The policy's pick among ``pool``'s routable replicas (``loads`` in tokens), leaving
+        out the ``stale`` ones unless every replica is stale."""
+        ids = first_choices([r.replica_id for r in pool.replicas], stale)
         fallbacks = self.policy.max_fallbacks
         if self.policy.picking is Picking.LEAST_TOKENS:
             return pick_least_loaded(ids, loads, fallbacks)
@@ -170,14 +198,26 @@ class Router:
                     ) -> dict[str, int]:
         """Route on ``state`` from ``now`` (seconds); returns capacity (tokens in flight) per pool
         this gateway admits to: 0 for a pool the state does not serve."""
+        before = self._stale_now()
         self.state, self.state_received_at, self.source = state, now, source
+        after = self._stale_now()
+        for rid in sorted(after - before):
+            log.info("replica %s: last beat stale in state %d, not a first choice", rid,
+                     state.state_version)
+        for rid in sorted(before - after):
+            log.info("replica %s: beating again (or gone) in state %d", rid, state.state_version)
         self.ledger.reported(now)
         self.ledger.expire(now)
         out = {}
-        for key in sorted(self.pools):
+        known = {p.key for p in state.pools if self.config.model(p.model) is not None}
+        for key in sorted(self.pools | known):
             pool = state.pool(key)
             out[key] = 0 if pool is None else self.replica_capacity(pool) * len(pool.replicas)
         return out
+
+    def _stale_now(self) -> frozenset[str]:
+        state = self.state
+        return frozenset().union(*(self.stale_ids(p) for p in state.pools)) if state else frozenset()
 
     def view(self) -> dict[str, Any]:
         """The routing as this gateway sees it now (debug endpoint): per pool and replica, the
@@ -197,8 +237,10 @@ class Router:
             reported = {r.replica_id: r.tokens_in_flight for r in pool.replicas}
             loads = self.ledger.loads(reported)
             over = over_bound(loads, list(loads), self.policy.bound, self.floor_tokens(pool))
+            stale = self.stale_ids(pool)
             out["pools"][pool.key] = {"floor_tokens": self.floor_tokens(pool), "replicas": [
                 {"replica_id": r.replica_id, "address": r.address, "reported": r.tokens_in_flight,
                  "pending": self.ledger.pending(r.replica_id), "load": loads[r.replica_id],
-                 "over_bound": r.replica_id in over} for r in pool.replicas]}
+                 "over_bound": r.replica_id in over, "beat_age_s": r.beat_age_s,
+                 "stale": r.replica_id in stale} for r in pool.replicas]}
         return out

@@ -1,36 +1,51 @@
 """Everything the service runs on, built from :class:`~gateway_ext.settings.Settings` in named
 steps: config -> bucket store -> pools -> pin store -> router -> core -> gate, plus the usage
 flusher and the metrics registry. Nothing global: the app factory
-(:func:`gateway_ext.service.create_app`) receives it and starts the router feed.
+(:func:`gateway_ext.service.create_app`) receives it and starts the router feed and
+:meth:`Runtime.background`.
+
+With Redis the gate is a :class:`~gateway_ext.shared_gate.SharedGate`: buckets and the
+``max_concurrency`` count on the asyncio client (fail open to memory), pool capacity split between
+the live gateway processes (heartbeat) and settles of other processes' reservations announced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
+import redis.asyncio
 from prometheus_client import CollectorRegistry
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway_ext.bucket_store import BucketStore, MemoryBucketStore
+from gateway_ext.async_fallback_store import AsyncFallbackBucketStore
+from gateway_ext.bucket_store import BucketKey, BucketStore, MemoryBucketStore
+from gateway_ext.buckets import BucketState
 from gateway_ext.decision import GatewayCore
 from gateway_ext.fallback_store import FallbackBucketStore
 from gateway_ext.gate import Gate
+from gateway_ext.gateway_peers import GatewayPeers
 from gateway_ext.metering import UsageMeter, UsageRow
 from gateway_ext.metrics import GatewayMetrics, make_metrics
 from gateway_ext.pins import FallbackPinStore, MemoryPinStore, PinStore, RedisPinStore
 from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
-from gateway_ext.redis_buckets import RedisBucketStore
+from gateway_ext.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
 from gateway_ext.retry_budget import RetryBudget
 from gateway_ext.routing import Picking, Router, RoutingPolicy
 from gateway_ext.settings import Settings
+from gateway_ext.shared_gate import SharedGate
 from gateway_ext.usage_spool import FlushResult, UsageFlusher, UsageSpool
 from gateway_ext.usage_store import UsageStore
 from modelfleet.config import PlatformConfig, load_config
@@ -51,6 +66,45 @@ class Runtime:
     router: Router
     closers: list[Callable[[], None]] = field(default_factory=list)
     tables_ready: bool = False
+    peers: GatewayPeers | None = None
+    """This process among the region's gateways (with Redis)."""
+
+    def background(self) -> list[Coroutine[Any, Any, None]]:
+        """The loops the service runs while it serves: with Redis, the heartbeat (live gateways
+        -> capacity shares) and the release channel (other processes' settles)."""
+        gate, peers = self.gate, self.peers
+        if peers is None or not isinstance(gate, SharedGate):
+            return []
+        return [peers.run_heartbeat(gate.set_live_gateways),
+                peers.run_releases(gate.release_foreign, self.settings.redis_retry_s)]
+
+    def store_degraded(self) -> bool:
+        """True while the buckets fail open to this process's memory."""
+        gate = self.gate
+        store: object = gate.astore if isinstance(gate, SharedGate) else gate.core.store
+        return bool(getattr(store, "degraded", False))
+
+    def release_channel(self) -> str | None:
+        """``subscribed`` or ``down`` with Redis; None without (one process, nothing to hear)."""
+        if self.peers is None:
+            return None
+        return "subscribed" if self.peers.subscribed else "down"
+
+    def live_gateways(self) -> int:
+        """Gateway processes sharing the pools (1 without Redis)."""
+        return self.gate.live_gateways if isinstance(self.gate, SharedGate) else 1
+
+    async def bucket_state(self, key: BucketKey) -> BucketState | None:
+        """A bucket's stored state (awaited on Redis)."""
+        if isinstance(self.gate, SharedGate):
+            return await self.gate.astore.bucket_state(key)
+        return self.gate.core.store.bucket_state(key)
+
+    async def aclose(self) -> None:
+        """Leave the live gateways and close the asyncio Redis client (at shutdown)."""
+        if self.peers is not None:
+            await self.peers.leave()
+            await self.peers.client.aclose()
 
     async def flush(self) -> FlushResult:
         """Drain the meter (on the loop), then spool and write it from a worker thread."""
@@ -90,6 +144,24 @@ def make_store(settings: Settings, metrics: GatewayMetrics
     return store, [client.close], client
 
 
+def make_shared(settings: Settings, metrics: GatewayMetrics, clock: Callable[[], float]
+                ) -> tuple[AsyncFallbackBucketStore, GatewayPeers]:
+    """The awaited Redis buckets (failing open to memory) and this process's place among the
+    region's gateways, on one asyncio client (``clock``: wall-clock seconds)."""
+    assert settings.redis_url is not None
+    client = redis.asyncio.Redis.from_url(
+        settings.redis_url, socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s, retry=AsyncRetry(NoBackoff(), 0))
+    store = AsyncFallbackBucketStore(
+        AsyncRedisBucketStore(client, prefix=settings.redis_prefix), (redis.RedisError, OSError),
+        time.monotonic, settings.redis_retry_s,
+        on_fallback=lambda op: metrics.store_fallbacks.labels(op=op).inc())
+    gateway_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    peers = GatewayPeers(client, settings.redis_prefix, gateway_id, clock,
+                         settings.heartbeat_s, settings.peer_ttl_s)
+    return store, peers
+
+
 def make_pins(settings: Settings, client: redis.Redis | None) -> PinStore:
     """Conversation pins: in this process, or in Redis (shared by every gateway process) with
     this process's memory while Redis is down."""
@@ -126,12 +198,21 @@ def build_runtime(settings: Settings, config: PlatformConfig | None = None,
     router = make_router(settings, config, list(pools), client, metrics, rng)
     meter = UsageMeter(settings.region or config.local.region)
     core = GatewayCore(config, store, pools, RetryBudget(rng), meter,
-                       choose_version=router.choose_version,
+                       choose_team_version=router.choose_version,
                        max_body_bytes=settings.max_body_bytes)
-    gate = Gate(core, metrics, clock, on_start=lambda admitted, _now: router.route(
-        admitted, router.clock()), on_end=router.release)
+    hooks: dict[str, Any] = {
+        "on_start": lambda admitted, _now: router.route(admitted, router.clock()),
+        "on_end": router.release}
+    peers: GatewayPeers | None = None
+    if settings.redis_url is None:
+        gate = Gate(core, metrics, clock, **hooks)
+    else:
+        astore, peers = make_shared(settings, metrics, clock)
+        core.store = astore.fallback  # every hot path awaits astore; no sync Redis call
+        gate = SharedGate(core, metrics, clock, astore, peers, **hooks)
     for key in pools:
         metrics.observe_pool(key, pools[key].view())
     usage_store = UsageStore(settings.usage_db_url, settings.usage_table_prefix)
     flusher = UsageFlusher(meter, usage_store, UsageSpool(settings.spool))
-    return Runtime(settings, config, gate, flusher, usage_store, registry, router, closers)
+    return Runtime(settings, config, gate, flusher, usage_store, registry, router, closers,
+                   peers=peers)

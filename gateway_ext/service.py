@@ -59,6 +59,8 @@ class SettleBody(BaseModel):
     cached_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(ge=0)
     outcome: Literal["finished", "client_disconnect", "error", "rejected"] = "finished"
+    tier: Literal["interactive", "standard", "batch"] = "standard"
+    """The request's ``x-modelfleet-tier`` (metered when another process admitted it)."""
 
 
 class SettleBatch(BaseModel):
@@ -104,7 +106,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(gate.run_timer(), name="gateway-timer"),
                  asyncio.create_task(_flush_loop(runtime), name="gateway-flush"),
-                 asyncio.create_task(feed.run(), name="gateway-router-feed")]
+                 asyncio.create_task(feed.run(), name="gateway-router-feed"),
+                 *[asyncio.create_task(loop) for loop in runtime.background()]]
         try:
             yield
         finally:
@@ -114,6 +117,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             await client.aclose()
             result = await runtime.flush()
             log.info("usage flushed at shutdown: %s", result)
+            await runtime.aclose()
             runtime.close()
 
     app = FastAPI(title="modelfleet gateway_ext", lifespan=lifespan, docs_url=None,
@@ -134,8 +138,8 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     app.add_route(AUTHZ_PATH_PREFIX + "/{path:path}", authz, methods=METHODS)
 
-    def settle_one(body: SettleBody) -> dict[str, Any]:
-        settlement = gate.settle(UsageReport(**body.model_dump()))
+    async def settle_one(body: SettleBody) -> dict[str, Any]:
+        settlement = await gate.settle_async(UsageReport(**body.model_dump()))
         return {"reservation_id": body.reservation_id, "verdict": str(settlement.verdict),
                 "reserved_tokens": settlement.reserved_tokens,
                 "remaining_tokens": settlement.remaining_tokens}
@@ -143,8 +147,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.post(SETTLE_PATH)
     async def settle(body: SettleBody | SettleBatch) -> dict[str, Any]:
         if isinstance(body, SettleBatch):
-            return {"results": [settle_one(report) for report in body.reports]}
-        return settle_one(body)
+            return {"results": [await settle_one(report) for report in body.reports]}
+        return await settle_one(body)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -155,11 +159,13 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        degraded = bool(getattr(gate.core.store, "degraded", False))
+        degraded = runtime.store_degraded()
         router = runtime.router
         state = router.state
         return {"status": "ok", "queued": gate.queued, "running": gate.running,
                 "bucket_store": "fallback" if degraded else "ok",
+                "live_gateways": runtime.live_gateways(),
+                "release_channel": runtime.release_channel(),
                 "router": {"source": router.source,
                            "state_version": state.state_version if state else None,
                            "instance_id": state.instance_id if state else None,
@@ -179,7 +185,7 @@ def _add_debug_routes(app: FastAPI, runtime: Runtime) -> None:
                       if lim.model == model), None)
         if limit is None:
             raise HTTPException(404, f"team {team!r} has no limit on {model!r}")
-        state = core.store.bucket_state(BucketKey(team, model))
+        state = await runtime.bucket_state(BucketKey(team, model))
         now = refill(state, limit.tokens_per_minute, to_ms(runtime.gate.clock()))
         return {"team": team, "model": model, "tokens_per_minute": limit.tokens_per_minute,
                 "remaining_tokens": now.tokens, "touched": state is not None}

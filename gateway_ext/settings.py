@@ -36,12 +36,17 @@ class Settings(BaseModel):
     region: str | None = None
     """Region written on usage rows (default: the config's ``local.region``)."""
     redis_url: str | None = None
-    """Token buckets in Redis (shared by every gateway process); None: in this process."""
+    """Token buckets, ``max_concurrency`` counts, the live-gateway set (pool capacity shares) and
+    settle announcements in Redis, shared by every gateway process; None: all in this process."""
     redis_prefix: str = "mf"
     redis_timeout_s: float = Field(default=0.1, gt=0)
     """Connect and read timeout of one Redis call, in seconds."""
     redis_retry_s: float = Field(default=1.0, gt=0)
     """After a Redis failure, per-process buckets for this many seconds before trying again."""
+    heartbeat_s: float = Field(default=1.0, gt=0)
+    """With Redis: seconds between this process's heartbeats (the live gateway count)."""
+    peer_ttl_s: float = Field(default=3.0, gt=0)
+    """With Redis: a gateway silent this long (seconds) no longer shares the pools' capacity."""
     usage_db_url: str = DEFAULT_URL
     usage_table_prefix: str = DEFAULT_TABLE_PREFIX
     spool: Path = Path("usage-spool.jsonl")

@@ -2,8 +2,9 @@
 
 Two tables, named with a prefix (default ``mf_``) so that tests and other data never collide:
 
-* ``<prefix>usage``: one row per (team, model, version, region, minute) with the counters of
-  :mod:`gateway_ext.metering`; writing adds to an existing row (upsert ``ON CONFLICT DO UPDATE``).
+* ``<prefix>usage``: one row per (team, model, version, region, tier, minute) with the counters
+  of :mod:`gateway_ext.metering`; writing adds to an existing row (upsert ``ON CONFLICT DO
+  UPDATE``). A table from before tiers is migrated at start (:mod:`gateway_ext.usage_migrate`).
 * ``<prefix>usage_batches``: the id of every batch written, inserted in the same transaction as its
   rows, so writing a batch a second time (a spool replayed after a crash) adds nothing.
 """
@@ -24,16 +25,30 @@ from sqlalchemy import (
     String,
     Table,
     create_engine,
+    event,
     make_url,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from gateway_ext.metering import COUNTERS, UsageCounts, UsageKey, UsageRow, merge_rows
+from gateway_ext.metering import (
+    COUNTERS,
+    DEFAULT_TIER,
+    UsageCounts,
+    UsageKey,
+    UsageRow,
+    merge_rows,
+)
+from gateway_ext.usage_migrate import add_tier_column
 
 DEFAULT_URL = "sqlite:///modelfleet-usage.db"
 DEFAULT_TABLE_PREFIX = "mf_"
-KEY_COLUMNS = ("team", "model", "version", "region", "minute")
+KEY_COLUMNS = ("team", "model", "version", "region", "tier", "minute")
+
+
+SQLITE_BUSY_TIMEOUT_S = 15.0
+"""How long a SQLite writer waits for another process's write lock, in seconds (the gateway's
+usage flush and the batch service share the local stack's file)."""
 
 
 def _connect_args(url: str, connect_timeout_s: float) -> dict[str, Any]:
@@ -41,8 +56,23 @@ def _connect_args(url: str, connect_timeout_s: float) -> dict[str, Any]:
     if driver == "postgresql":
         return {"connect_timeout": max(1, round(connect_timeout_s))}
     if driver == "sqlite":
-        return {"timeout": connect_timeout_s}
+        return {"timeout": max(connect_timeout_s, SQLITE_BUSY_TIMEOUT_S)}
     raise ValueError(f"usage store supports postgresql and sqlite URLs, not {driver!r}")
+
+
+def make_engine(url: str, connect_timeout_s: float) -> Engine:
+    """The engine for ``url``. A SQLite file is put in WAL mode (readers never block the writer,
+    several processes share it) with a busy timeout of :data:`SQLITE_BUSY_TIMEOUT_S`."""
+    engine = create_engine(url, pool_pre_ping=True,
+                           connect_args=_connect_args(url, connect_timeout_s))
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _wal(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.close()
+    return engine
 
 
 def _minute(epoch_s: int) -> datetime:
@@ -59,8 +89,7 @@ class UsageStore:
 
     def __init__(self, url: str = DEFAULT_URL, table_prefix: str = DEFAULT_TABLE_PREFIX,
                  connect_timeout_s: float = 3.0) -> None:
-        self.engine: Engine = create_engine(
-            url, pool_pre_ping=True, connect_args=_connect_args(url, connect_timeout_s))
+        self.engine: Engine = make_engine(url, connect_timeout_s)
         self.metadata = MetaData()
         self.usage = Table(
             f"{table_prefix}usage", self.metadata,
@@ -68,6 +97,7 @@ class UsageStore:
             Column("model", String(63), primary_key=True),
             Column("version", String(63), primary_key=True),
             Column("region", String(63), primary_key=True),
+            Column("tier", String(16), primary_key=True, server_default=DEFAULT_TIER),
             Column("minute", DateTime(timezone=True), primary_key=True),
             *(Column(name, BigInteger, nullable=False, default=0) for name in COUNTERS),
         )
@@ -79,8 +109,10 @@ class UsageStore:
         )
 
     def create_tables(self) -> None:
-        """Create both tables if missing."""
+        """Create both tables if missing; add the ``tier`` column (and key) to a usage table
+        from before tiers (its rows read as :data:`~gateway_ext.metering.DEFAULT_TIER`)."""
         self.metadata.create_all(self.engine)
+        add_tier_column(self.engine, self.usage)
 
     def drop_tables(self) -> None:
         """Drop both tables (tests)."""
@@ -111,7 +143,8 @@ class UsageStore:
             if not merged:
                 return True
             values = [{"team": r.key.team, "model": r.key.model, "version": r.key.version,
-                       "region": r.key.region, "minute": _minute(r.key.minute),
+                       "region": r.key.region, "tier": r.key.tier,
+                       "minute": _minute(r.key.minute),
                        **{name: getattr(r.counts, name) for name in COUNTERS}} for r in merged]
             stmt = self._insert(self.usage).values(values)
             stmt = stmt.on_conflict_do_update(
@@ -121,10 +154,12 @@ class UsageStore:
         return True
 
     def rows(self, team: str | None = None, model: str | None = None,
-             since_s: float | None = None) -> list[UsageRow]:
-        """Usage rows sorted by key: every row, or those of ``team``/``model`` whose minute starts
-        at or after ``since_s`` (seconds since the epoch)."""
+             since_s: float | None = None, tier: str | None = None) -> list[UsageRow]:
+        """Usage rows sorted by key: every row, or those of ``team``/``model``/``tier`` whose
+        minute starts at or after ``since_s`` (seconds since the epoch)."""
         query = select(self.usage)
+        if tier is not None:
+            query = query.where(self.usage.c.tier == tier)
         if team is not None:
             query = query.where(self.usage.c.team == team)
         if model is not None:
@@ -134,7 +169,7 @@ class UsageStore:
         with self.engine.connect() as conn:
             result = conn.execute(query).mappings().all()
         out = [UsageRow(UsageKey(r["team"], r["model"], r["version"], r["region"],
-                                 _epoch(r["minute"])),
+                                 _epoch(r["minute"]), r["tier"]),
                         UsageCounts(**{name: int(r[name]) for name in COUNTERS}))
                for r in result]
         return sorted(out, key=lambda row: row.key)

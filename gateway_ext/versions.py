@@ -5,7 +5,8 @@
   that version is still the alias's live or canary version. A conversation without a valid pin
   gets a new choice, which is pinned (:func:`settle_pin`): the canary iff the conversation's
   split point (a 64-bit BLAKE2b of its id, in [0, 1)) is below ``canary_percent / 100``, else
-  the live version.
+  the live version. The gateway scopes a conversation by team and model
+  (:func:`conversation_key`): two teams that reuse an id are two conversations.
 * ``name`` without a conversation id: the same comparison with a random draw per request.
 
 Why pins and not the hash alone: a hash split is monotone in the percent (raising 10% -> 50%
@@ -52,6 +53,13 @@ def split_point(conversation_id: str) -> float:
     """A stable point in [0, 1) for ``conversation_id`` (64 bits of BLAKE2b)."""
     digest = hashlib.blake2b(conversation_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
+
+
+def conversation_key(team: str | None, model: str, conversation_id: str) -> str:
+    """The id a conversation's split point is drawn from: (team, model, conversation id), so two
+    teams (or two models) reusing a conversation id split and pin independently. Team and model
+    names cannot hold the separator."""
+    return f"{team or ''}/{model}/{conversation_id}"
 
 
 def alias_of(model: Model) -> ModelAlias:

@@ -6,7 +6,8 @@ An eval set is JSONL, one item a line::
     {"id": "m-001", "category": "maths", "prompt": "What is 17 x 23?", "expected": "391",
      "scorer": "contains", "max_tokens": 64}
 
-``messages`` (chat messages) may replace ``prompt``. ``category`` is free text; the seed asks for
+``messages`` (chat messages) may replace ``prompt``; ``reference`` (optional) is the answer
+shown to the LLM judge instead of ``expected`` (:mod:`modelfleet.gate_judge`). ``category`` is free text; the seed asks for
 separate scores for ``reasoning``, ``maths`` and ``long`` (long outputs), reported even when
 the set has none. Scorers: ``exact`` (equal after trimming, case folding and collapsing
 whitespace), ``contains`` (the expected text appears, same normalisation), ``regex``
@@ -20,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Scorer = Literal["exact", "contains", "regex"]
 SCORERS: tuple[Scorer, ...] = ("exact", "contains", "regex")
@@ -37,6 +38,8 @@ class EvalItem:
     expected: str
     scorer: Scorer = "contains"
     max_tokens: int = 512
+    reference: str | None = None
+    """A reference answer shown to the LLM judge (default: ``expected``; set it for regex items)."""
 
 
 class EvalSetError(ValueError):
@@ -70,7 +73,8 @@ def parse_item(data: Mapping[str, Any], where: str) -> EvalItem:
         if scorer == "regex":
             re.compile(str(data["expected"]))
         return EvalItem(str(data["id"]), str(data.get("category", "general")), messages,
-                        str(data["expected"]), scorer, int(data.get("max_tokens", 512)))
+                        str(data["expected"]), scorer, int(data.get("max_tokens", 512)),
+                        None if data.get("reference") is None else str(data["reference"]))
     except (KeyError, TypeError, ValueError, re.error) as exc:
         if isinstance(exc, EvalSetError):
             raise
@@ -136,7 +140,14 @@ class QualityVerdict:
         return asdict(self)
 
 
-def compare(new: Mapping[str, CategoryScore], reference: Mapping[str, CategoryScore],
+class Scored(Protocol):
+    """A category's score as a share 0..1 (None: nothing scored)."""
+
+    @property
+    def score(self) -> float | None: ...
+
+
+def compare(new: Mapping[str, Scored], reference: Mapping[str, Scored],
             max_drop: float = 0.02) -> QualityVerdict:
     """Fail when any category's score drops by more than ``max_drop`` (share, 0.02 = 2 points)
     against the reference version on the same prompts."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,6 +53,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="the address the control plane gives Envoy for this replica (default: --host)")
     ap.add_argument("--debug", action="store_true",
                     help="serve /v1/debug/engine (slow the engine down, make it fail)")
+    ap.add_argument("--shutdown-timeout", type=float,
+                    default=float(os.environ.get("MODELFLEET_SHUTDOWN_TIMEOUT_S", "10")),
+                    help="seconds open streams may take to finish after the drain grace, as "
+                         "vLLM's --shutdown-timeout (default $MODELFLEET_SHUTDOWN_TIMEOUT_S or 10)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return ap.parse_args(argv)
 
@@ -104,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     app = serve_app(config, settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, timeout_graceful_shutdown=10)
+                access_log=False,
+                timeout_graceful_shutdown=max(1, math.ceil(args.shutdown_timeout)))
     return 0
 
 

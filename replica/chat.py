@@ -21,6 +21,7 @@ from replica import tokens
 from replica.driver import EngineDead, EngineDriver, RequestHandle
 from replica.engine import EngineRequest
 from replica.generation import OutputPlan, plan_output
+from replica.judge import judge_plan
 from replica.params import CHAT_7B, EngineParams
 from replica.protocol import ChatCompletionRequest, ChunkWriter, completion_body, error_body, usage
 
@@ -111,7 +112,8 @@ def prepare(body: ChatCompletionRequest, config: ReplicaConfig) -> PreparedReque
     max_tokens = p.max_model_len - n_prompt if requested is None else requested
     if body.min_tokens < 0 or body.min_tokens > max_tokens:
         raise RequestError(f"min_tokens must be in [0, {max_tokens}], got {body.min_tokens}.", param="min_tokens")
-    plan = plan_output(
+    # A judge prompt (modelfleet gate --judge) gets a scored reply, as a real model would give.
+    plan = judge_plan(((m.role, m.text()) for m in body.messages), max_tokens) or plan_output(
         prompt_ids,
         max_tokens=max_tokens,
         seed=config.seed if body.seed is None else body.seed,
@@ -142,9 +144,12 @@ class ChatHandler:
     """Serves chat completions from one engine driver. Usage reporting, held headers and the
     final event are the modelfleet middleware's (:mod:`replica.middleware`), as with real vLLM."""
 
-    def __init__(self, config: ReplicaConfig, driver: EngineDriver) -> None:
+    def __init__(self, config: ReplicaConfig, driver: EngineDriver,
+                 on_finish: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.driver = driver
+        self.on_finish = on_finish or (lambda reason: None)
+        """Called once per request that reached the engine: ``stop``, ``length`` or ``abort``."""
 
     async def __call__(self, body: ChatCompletionRequest, raw: Request) -> Response:
         """Answer one request: a JSON completion, an event stream, or a vLLM error."""
@@ -165,9 +170,16 @@ class ChatHandler:
         completion_id = f"chatcmpl-{raw.headers.get('x-request-id') or engine_id}"
         created = int(time.time())
         if req.stream:
-            events = self._events(req, handle, ChunkWriter(completion_id, created, req.model))
-            return _EngineStream(events, lambda: self.driver.abort(engine_id))
+            ended: list[bool] = []
+            events = self._events(req, handle, ChunkWriter(completion_id, created, req.model), ended)
+
+            def closed() -> None:
+                self.driver.abort(engine_id)
+                self.on_finish(req.plan.finish_reason if ended else "abort")
+
+            return _EngineStream(events, closed)
         finished = await self._wait_finished(handle, raw)
+        self.on_finish(req.plan.finish_reason if finished else "abort")
         if not finished:
             self.driver.abort(engine_id)
             return RequestError("The request ended before the model finished.",
@@ -177,7 +189,8 @@ class ChatHandler:
                                             req.plan.finish_reason, req.plan.stop_reason, used))
 
     @staticmethod
-    async def _events(req: PreparedRequest, handle: RequestHandle, w: ChunkWriter) -> AsyncIterator[str]:
+    async def _events(req: PreparedRequest, handle: RequestHandle, w: ChunkWriter,
+                      ended: list[bool]) -> AsyncIterator[str]:
         plan = req.plan
         while True:
             out = await handle.queue.get()
@@ -187,6 +200,7 @@ class ChatHandler:
                 yield w.role()
             delta = plan.deltas[out.index]
             if out.finished:
+                ended.append(True)
                 yield w.finish(delta, plan.finish_reason, plan.stop_reason)
                 break
             if delta:

@@ -4,13 +4,18 @@ Gauges and counters are read from the engine at scrape time (no double bookkeepi
 histograms are observed as steps complete. Every series carries vLLM's labels ``model_name``
 (the first served name) and ``engine`` ("0"). Latencies are **model seconds**: what real vLLM on
 the modelled GPU would measure, whatever ``--time-scale`` the simulation runs at.
+
+``vllm:request_success_total{finished_reason}`` counts requests that left the engine, as vLLM's
+V1 engine does: ``stop`` (end token or stop string), ``length`` (``max_tokens`` or the context
+reached), ``abort`` (the client left, or the engine failed, before the last token). The rollout
+guard's error rate is the share of ``abort`` (``rules/guard.yml``, ``envoy_control.prom``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -23,6 +28,8 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 LABELS = ("model_name", "engine")
+FINISHED_REASONS = ("stop", "length", "abort")
+"""vLLM's ``finished_reason`` label values (``vllm.v1.engine.FinishReason``, lower-cased)."""
 
 
 class _EngineCollector(Collector):
@@ -84,6 +91,14 @@ class ReplicaMetrics:
                               LABELS, registry=self.registry, buckets=ITL_BUCKETS).labels(model_name, "0")
         self._e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                               LABELS, registry=self.registry, buckets=E2E_BUCKETS).labels(model_name, "0")
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          (*LABELS, "finished_reason"), registry=self.registry)
+        self._success = {r: success.labels(model_name, "0", r) for r in FINISHED_REASONS}
+
+    def finished(self, reason: str) -> None:
+        """One request left the engine with ``reason`` (``stop``, ``length`` or ``abort``; any
+        other value counts as ``abort``)."""
+        self._success.get(reason, self._success["abort"]).inc()
 
     def observe_step(self, result: StepResult) -> None:
         """Record the latencies of one step's tokens (model seconds)."""

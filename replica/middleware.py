@@ -41,6 +41,7 @@ from replica.heartbeat import EngineFigures, Heartbeater, parse_engine_metrics
 from replica.inflight import InFlight, RequestShape, prepare_body
 from replica.middleware_metrics import MiddlewareMetrics
 from replica.middleware_settings import MiddlewareSettings
+from replica.refusals import OpeningReader
 from replica.settle import SettleReporter, settle_report
 from replica.sse import Identity
 
@@ -195,6 +196,11 @@ class ModelfleetMiddleware:
                                       if k.lower() != b"content-length"]
                  + [(b"content-length", str(len(body)).encode())]}
         replayed = False
+        opening = OpeningReader()
+
+        async def sent(message: Message) -> None:
+            opening.feed(message)
+            await x.send(message)
 
         async def replay() -> Message:
             nonlocal replayed
@@ -207,22 +213,22 @@ class ModelfleetMiddleware:
             return message
 
         try:
-            await self.app(scope, replay, x.send)
+            await self.app(scope, replay, sent)
         except Exception:
             if not x.client_gone:
                 log.exception("chat request failed in the engine")
         finally:
             await x.finish()
             self.inflight.remove(rid)
-            self._ended(x, headers, shape, shadow)
+            self._ended(x, headers, shape, shadow, opening.refused())
 
     def _ended(self, x: Exchange, headers: dict[str, str], shape: RequestShape,
-               shadow: bool) -> None:
+               shadow: bool, refused: bool = False) -> None:
         ttft = None if x.first_token_at is None else \
             (x.first_token_at - x.arrived_at) * self.settings.time_scale
         usage = x.usage
         self.metrics.record(self.settings.version, shadow, x.outcome, ttft,
-                            usage[2] if usage else None)
+                            usage[2] if usage else None, refused)
         if self.reporter is None or shadow or x.outcome == "retried":
             return
         if x.outcome == "finished" and usage is not None:

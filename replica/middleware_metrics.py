@@ -9,6 +9,7 @@ output can be compared with the live version's on the same dashboards:
 | ``modelfleet_replica_requests_total{model_version, traffic, outcome}`` | counter (``finished``, ``rejected``, ``error``, ``client_disconnect``, ``retried``, ``draining``) |
 | ``modelfleet_replica_ttft_seconds{model_version, traffic}`` | histogram, arrival to first token as the middleware sees it (model seconds: wall x time scale) |
 | ``modelfleet_replica_output_tokens{model_version, traffic}`` | histogram of finished answers' completion tokens |
+| ``modelfleet_refusals_total{model_version, traffic}`` | counter of finished answers that open with a refusal (:mod:`replica.refusals`); the series exists, at 0, from the first finished answer |
 | ``modelfleet_replica_tokens_in_flight``, ``modelfleet_replica_queue_depth``, ``modelfleet_replica_running`` | gauges: what the heartbeat reports |
 """
 
@@ -58,12 +59,18 @@ class MiddlewareMetrics:
         self.output = Histogram("modelfleet_replica_output_tokens",
                                 "Completion tokens of finished answers.", labels,
                                 registry=self.registry, buckets=OUTPUT_BUCKETS)
+        self.refusals = Counter("modelfleet_refusals",
+                                "Finished answers whose opening is a refusal (replica.refusals).",
+                                labels, registry=self.registry)
 
     def record(self, version: str, shadow: bool, outcome: str, ttft_s: float | None,
-               completion_tokens: int | None) -> None:
-        """One request ended: ``ttft_s`` in model seconds, ``completion_tokens`` in tokens."""
+               completion_tokens: int | None, refused: bool = False) -> None:
+        """One request ended: ``ttft_s`` in model seconds, ``completion_tokens`` in tokens,
+        ``refused``: a finished answer that opens with a refusal."""
         traffic = "shadow" if shadow else "served"
         self.requests.labels(version, traffic, outcome).inc()
+        if outcome == "finished":
+            self.refusals.labels(version, traffic).inc(1 if refused else 0)
         if ttft_s is not None:
             self.ttft.labels(version, traffic).observe(ttft_s)
         if outcome == "finished" and completion_tokens is not None:

@@ -73,7 +73,7 @@ def create_app(config: ReplicaConfig, wall: Callable[[], float] = time.monotonic
 
     app = FastAPI(title="modelfleet simulated vLLM replica", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.replica = replica
-    chat = ChatHandler(config, replica.driver)
+    chat = ChatHandler(config, replica.driver, replica.metrics.finished)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

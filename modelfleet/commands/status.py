@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from modelfleet.config import ConfigError, load_config
+from modelfleet.local.autoscaler_view import read_autoscale, render_autoscale
 from modelfleet.local.processes import pid_alive
 from modelfleet.local.state import read_state, state_path
 
@@ -87,6 +88,13 @@ def collect(facts: dict[str, Any]) -> dict[str, Any]:
                                  **httpx.get(gateway["url"] + "/health", timeout=2.0).json()}
         except (httpx.HTTPError, ValueError) as exc:
             report["gateway_error"] = f"gateway unreachable: {exc}"
+    batch = facts.get("batch")
+    if batch:
+        try:
+            report["batch"] = {"url": batch["url"],
+                               **httpx.get(batch["url"] + "/health", timeout=2.0).json()}
+        except (httpx.HTTPError, ValueError) as exc:
+            report["batch_error"] = f"batch service unreachable: {exc}"
     try:
         report["envoy"] = envoy_view(facts["envoy_admin_url"])
     except (httpx.HTTPError, ValueError) as exc:
@@ -109,6 +117,10 @@ def render(report: dict[str, Any]) -> str:
         g = report["gateway"]
         lines += ["", f"GATEWAY {g['url']}: {g.get('status')}, {g.get('running', 0)} running, "
                       f"{g.get('queued', 0)} queued, bucket store {g.get('bucket_store', '-')}"]
+    if "batch" in report:
+        b = report["batch"]
+        lines += [f"BATCH   {b['url']}: {b.get('status')}, role {b.get('role', '-')} "
+                  f"(/v1/batches and /v1/files on the API base URL)"]
     if "envoy" in report:
         lines += ["", "ENVOY CLUSTER      HOST                   REPLICA              HEALTH     ACTIVE  TOTAL"]
         for c in report["envoy"]:
@@ -117,7 +129,10 @@ def render(report: dict[str, Any]) -> str:
             for h in c["hosts"] or [{"address": "(no endpoints)", "hostname": "", "health": "-", "rq_active": 0, "rq_total": 0}]:
                 lines.append(f"{c['cluster']:<18} {h['address']:<22} {h['hostname']:<20} {h['health']:<10} "
                              f"{h['rq_active']:<7} {h['rq_total']}")
-    for key in ("models_error", "replicas_error", "xds_error", "gateway_error", "envoy_error"):
+    if "autoscale" in report:
+        lines += ["", *render_autoscale(report["autoscale"])]
+    for key in ("models_error", "replicas_error", "xds_error", "gateway_error", "batch_error",
+                "envoy_error"):
         if key in report:
             lines.append(f"! {report[key]}")
     return "\n".join(lines)
@@ -125,10 +140,14 @@ def render(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the status of the local stack started from this directory."""
-    facts = read_state(args.state or state_path("."))
+    path = args.state or state_path(".")
+    facts = read_state(path)
     if facts is None:
         print("modelfleet status: no local stack is running from here (no .modelfleet/local.json)", file=sys.stderr)
         return 1
     report = collect(facts)
+    autoscale = read_autoscale(path.parent)
+    if autoscale is not None:
+        report["autoscale"] = autoscale
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from modelfleet.config import ConfigError
+from modelfleet.local.autoscaler import LocalAutoscaler, prepare_options
 from modelfleet.local.processes import pid_alive
 from modelfleet.local.stack import LocalStack, StackOptions, redact_password
 from modelfleet.local.state import read_state, state_path, write_state
@@ -53,6 +54,12 @@ def register(sub: Any) -> None:
                    "keep serving meanwhile from their last state); negative: stop everything "
                    "instead")
     p.add_argument("--json", action="store_true", help="print the connection facts as JSON when ready")
+    p.add_argument("--autoscale", action="store_true",
+                   help="run the autoscaling rule on every pool: start replicas after a (scaled) "
+                   "cold start, drain them before stopping; `modelfleet status` shows why")
+    p.add_argument("--cold-start", type=float, default=None, metavar="S",
+                   help="with --autoscale: cold start of a new replica in model seconds (default: "
+                   "the config's autoscaling.cold_start, 312 s), divided by the time scale")
     p.set_defaults(run=run)
 
 
@@ -113,14 +120,22 @@ def run(args: argparse.Namespace) -> int:
     # Also when started from a shell that ignores SIGINT for background jobs: Ctrl-C must stop it.
     signal.signal(signal.SIGINT, on_term)
     code = 0
+    scaler = None
     try:
+        if args.autoscale:
+            cfg, time_scale = prepare_options(options)
         facts = stack.start(progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
         write_state(facts_path, facts)
+        if args.autoscale:
+            scaler = LocalAutoscaler(
+                stack, cfg, time_scale, cold_start_s=args.cold_start,
+                say=lambda msg: print(f"autoscale: {msg}", file=sys.stderr, flush=True),
+                on_change=lambda: write_state(facts_path, stack.facts))
         if args.json:
             print(json.dumps(facts, indent=2), flush=True)
         else:
             print(_banner(facts, facts_path), flush=True)
-        code = _watch(stack, stop_requested, args.control_plane_restart_delay, facts_path)
+        code = _watch(stack, stop_requested, args.control_plane_restart_delay, facts_path, scaler)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -136,19 +151,24 @@ def run(args: argparse.Namespace) -> int:
         print("modelfleet up: stopping", file=sys.stderr, flush=True)
         stack.stop()
         facts_path.unlink(missing_ok=True)
+        if scaler is not None:
+            scaler.path.unlink(missing_ok=True)
     return code
 
 
 def _watch(stack: LocalStack, stop_requested: threading.Event, restart_delay_s: float,
-           facts_path: Path) -> int:
+           facts_path: Path, scaler: LocalAutoscaler | None = None) -> int:
     """Wait for a stop; report children that die; give up if Envoy or the gateway does (no
     request can be served without them). A control plane that dies is restarted after
-    ``restart_delay_s`` seconds (as Kubernetes would): it is not in the request path."""
+    ``restart_delay_s`` seconds (as Kubernetes would): it is not in the request path.
+    ``scaler`` (``--autoscale``) is ticked on every pass; the replicas it drains are its own."""
     reported: set[int] = set()
     restart_at: float | None = None
     while not stop_requested.wait(0.2):
+        if scaler is not None:
+            scaler.tick()
         for child in stack.dead_children():
-            if child.pid in reported:
+            if child.pid in reported or (scaler is not None and scaler.stopping(child)):
                 continue
             reported.add(child.pid)
             print(f"modelfleet up: {child.name} (pid {child.pid}) exited with {child.popen.returncode}; "
@@ -182,6 +202,7 @@ modelfleet is up: {len(replicas)} simulated replicas of {', '.join(versions)} be
   gateway         {facts['gateway']['url']}  (metrics {facts['gateway']['metrics_url']})
   control plane   {cp['http_url']}  (xDS {cp['xds_address']})
   usage database  {redact_password(facts['usage_db_url'])}  (`modelfleet usage`)
+  batch API       {facts['base_url']}/batches and /files  (service {facts.get('batch', {}).get('url', 'off')})
   facts           {facts_path}
 
 Dev keys (local use only; also in the facts file under "keys"):

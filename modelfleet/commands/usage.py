@@ -1,4 +1,4 @@
-"""``modelfleet usage``: the metering table (one row per team, model, version, region, minute)."""
+"""``modelfleet usage``: the metering table (one row per team, model, version, region, tier, minute)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--db", default=None, help="SQLAlchemy URL of the usage database")
     p.add_argument("--team", default=None, help="only this team")
     p.add_argument("--model", default=None, help="only this model")
+    p.add_argument("--tier", default=None, choices=["interactive", "standard", "batch"],
+                   help="only this priority tier")
     p.add_argument("--since", default=None, help="only minutes since: 30m, 2h, 7d, or an ISO time")
     p.add_argument("--by-minute", action="store_true", help="one line per minute instead of totals")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
@@ -49,25 +51,28 @@ def parse_since(text: str, now_s: float) -> float:
 
 
 def totals(rows: list[UsageRow], by_minute: bool) -> list[dict[str, Any]]:
-    """Rows summed per (team, model, version, region), or per minute too when ``by_minute``."""
+    """Rows summed per (team, model, version, region, tier), or per minute too when
+    ``by_minute``."""
     sums: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
     for row in rows:
         k = row.key
-        key: tuple[Any, ...] = (k.team, k.model, k.version, k.region) + ((k.minute,) if by_minute else ())
+        key: tuple[Any, ...] = (k.team, k.model, k.version, k.region, k.tier) + (
+            (k.minute,) if by_minute else ())
         for name in COUNTERS:
             sums[key][name] += getattr(row.counts, name)
     out = []
     for key, counts in sorted(sums.items()):
-        entry: dict[str, Any] = dict(zip(("team", "model", "version", "region"), key[:4], strict=True))
+        entry: dict[str, Any] = dict(zip(("team", "model", "version", "region", "tier"), key[:5],
+                                         strict=True))
         if by_minute:
-            entry["minute"] = datetime.fromtimestamp(key[4], UTC).strftime("%Y-%m-%d %H:%M")
+            entry["minute"] = datetime.fromtimestamp(key[5], UTC).strftime("%Y-%m-%d %H:%M")
         out.append({**entry, **counts})
     return out
 
 
 def render(entries: list[dict[str, Any]]) -> str:
     """The human table."""
-    cols = ["team", "model", "version", "region", *(["minute"] if entries and "minute" in entries[0] else []),
+    cols = ["team", "model", "version", "region", "tier", *(["minute"] if entries and "minute" in entries[0] else []),
             *COUNTERS]
     widths = {c: max(len(c), *(len(f"{e[c]:,}" if isinstance(e[c], int) else str(e[c])) for e in entries))
               for c in cols}
@@ -98,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     since = parse_since(args.since, time.time()) if args.since else None
     store = UsageStore(url)
     try:
-        rows = store.rows(team=args.team, model=args.model, since_s=since)
+        rows = store.rows(team=args.team, model=args.model, since_s=since, tier=args.tier)
     except SQLAlchemyError as exc:
         print(f"modelfleet usage: cannot read {url}: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 1

@@ -188,7 +188,22 @@ def _local(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
             yield Problem(where.of("local", 0).at("replicas", key), "replica count must be >= 0")
 
 
-CHECKS: tuple[Check, ...] = (_duplicates, _aliases, _pools, _teams, _memory, _local)
+def _autoscaling(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
+    """Each known peak names declared models, versions and regions, and reaches some pool."""
+    for i, peak in enumerate(cfg.autoscaling.peaks):
+        at = where.of("autoscaling", 0).at
+        if peak.model is not None and cfg.model(peak.model) is None:
+            yield Problem(at("peaks", i, "model"), f"model {peak.model!r} is not declared")
+        elif peak.model is not None and peak.version is not None \
+                and cfg.version(peak.model, peak.version) is None:
+            yield Problem(at("peaks", i, "version"), f"{peak.model}@{peak.version} is not a declared version")
+        elif peak.region is not None and cfg.regions and peak.region not in cfg.regions:
+            yield Problem(at("peaks", i, "region"), f"region {peak.region!r} is not in regions {list(cfg.regions)}")
+        elif cfg.pools and not any(peak.applies_to(p) for p in cfg.pools):
+            yield Problem(at("peaks", i), f"peak {peak.name!r} applies to no pool", "warning")
+
+
+CHECKS: tuple[Check, ...] = (_duplicates, _aliases, _pools, _teams, _memory, _local, _autoscaling)
 
 
 def cross_check(cfg: PlatformConfig, where: Origins) -> list[Problem]:

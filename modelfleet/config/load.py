@@ -1,7 +1,7 @@
 """Load ``config/*.yaml`` into a :class:`PlatformConfig`, in named steps: read -> build -> check.
 
 Every file may hold any of the top-level sections (``regions``, ``models``, ``versions``,
-``pools``, ``teams``, ``local``); lists are concatenated in file-name order. Errors carry the file,
+``pools``, ``teams``, ``local``, ``autoscaling``, ``rollout``); lists are concatenated in file-name order. Errors carry the file,
 the line and the field path, and all of them are reported, not only the first.
 """
 
@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from autoscale.settings import AutoscalePolicy
 from modelfleet.config.checks import cross_check
 from modelfleet.config.problems import ItemOrigin, Location, Problem, join_path
+from modelfleet.config.rollout import RolloutSettings
 from modelfleet.config.schema import LocalStack, Model, PlatformConfig, Pool, Team, Version
 
 LIST_SECTIONS: dict[str, type[BaseModel]] = {
@@ -24,7 +26,7 @@ LIST_SECTIONS: dict[str, type[BaseModel]] = {
     "pools": Pool,
     "teams": Team,
 }
-SECTIONS = ("regions", *LIST_SECTIONS, "local")
+SECTIONS = ("regions", *LIST_SECTIONS, "local", "autoscaling", "rollout")
 
 
 class ConfigError(Exception):
@@ -140,6 +142,9 @@ def load_config(directory: str | Path) -> LoadResult:
     region_origins: list[ItemOrigin] = []
     local: LocalStack | None = None
     local_origin = ItemOrigin(str(root), "local")
+    autoscaling: AutoscalePolicy | None = None
+    autoscaling_origin = ItemOrigin(str(root), "autoscaling")
+    rollout: RolloutSettings | None = None
     for file in files:
         display = str(file)
         data, lines, found = _read(file, display)
@@ -174,8 +179,26 @@ def load_config(directory: str | Path) -> LoadResult:
                 local = LocalStack.model_validate(data["local"])
             except ValidationError as exc:
                 problems += _pydantic_problems(exc, origin)
+        if "autoscaling" in data:
+            origin = ItemOrigin(display, "autoscaling", _sub_lines(lines, "autoscaling"))
+            if autoscaling is not None:
+                problems.append(Problem(origin.at(), "section 'autoscaling' declared twice"))
+            autoscaling_origin = origin
+            try:
+                autoscaling = AutoscalePolicy.model_validate(data["autoscaling"] or {})
+            except ValidationError as exc:
+                problems += _pydantic_problems(exc, origin)
+        if "rollout" in data:
+            origin = ItemOrigin(display, "rollout", _sub_lines(lines, "rollout"))
+            if rollout is not None:
+                problems.append(Problem(origin.at(), "section 'rollout' declared twice"))
+            try:
+                rollout = RolloutSettings.model_validate(data["rollout"] or {})
+            except ValidationError as exc:
+                problems += _pydantic_problems(exc, origin)
     origins.items["regions"] = region_origins
     origins.items["local"] = [local_origin]
+    origins.items["autoscaling"] = [autoscaling_origin]
 
     try:
         config = PlatformConfig(
@@ -185,6 +208,8 @@ def load_config(directory: str | Path) -> LoadResult:
             pools=tuple(built["pools"]),
             teams=tuple(built["teams"]),
             local=local or LocalStack(),
+            autoscaling=autoscaling or AutoscalePolicy(),
+            rollout=rollout or RolloutSettings(),
         )
     except ValidationError as exc:
         problems += _pydantic_problems(exc, ItemOrigin(str(root), ""))

@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from autoscale.settings import AutoscalePolicy  # imports nothing of modelfleet.config
 from modelfleet.config.hardware import GPU_TYPES
+from modelfleet.config.rollout import RolloutSettings
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 """A model, team or region name: lower-case letters, digits and dashes (DNS-label safe)."""
@@ -174,6 +176,10 @@ class PlatformConfig(Record):
     pools: tuple[Pool, ...] = ()
     teams: tuple[Team, ...] = ()
     local: LocalStack = LocalStack()
+    autoscaling: AutoscalePolicy = AutoscalePolicy()
+    """The ``autoscaling:`` section (KEDA, the local loop and the simulator); seed defaults."""
+    rollout: RolloutSettings = RolloutSettings()
+    """The ``rollout:`` section: guard thresholds and stages with holds; seed defaults."""
 
     def model(self, name: str) -> Model | None:
         """The model called ``name``, if declared."""

@@ -7,6 +7,7 @@ running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,33 @@ def assert_all_stopped(stack: RunningStack) -> None:
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"processes left behind: {left}\n{stack.log.read_text()}"
     assert not (stack.cwd / ".modelfleet" / "local.json").exists()
+
+
+@contextlib.contextmanager
+def postgres_stack(cwd: Path, config: Path, postgres_url: str, usage_prefix: str, *extra: str,
+                   env: dict[str, str] | None = None) -> Iterator[RunningStack]:
+    """`modelfleet up --debug` on ``config`` (e.g. from :func:`write_config`) in ``cwd``, usage in
+    Postgres under ``usage_prefix`` flushed every 0.5 s (``env`` adds or overrides variables);
+    afterwards: stopped with SIGINT (exit 0), no child left, the usage tables and the stack's batch
+    tables (``MODELFLEET_BATCH_TABLE_PREFIX``, else the usage prefix) dropped. The scaffolding
+    of the live tests that need a second stack with a temporary config."""
+    from gateway_ext.batch_store import BatchStore
+    from gateway_ext.batch_uploads import UploadStore
+    from gateway_ext.usage_store import UsageStore
+
+    env = {"MODELFLEET_GATEWAY_FLUSH_INTERVAL_S": "0.5",
+           "MODELFLEET_GATEWAY_USAGE_TABLE_PREFIX": usage_prefix, **(env or {})}
+    running = start_stack(cwd, config, "--debug", "--usage-db-url", postgres_url, *extra, env=env)
+    try:
+        yield running
+    finally:
+        assert running.stop(signal.SIGINT) == 0, running.log.read_text()
+        assert_all_stopped(running)
+        store = UsageStore(postgres_url, usage_prefix)
+        store.drop_tables()
+        store.dispose()
+        batch_prefix = env.get("MODELFLEET_BATCH_TABLE_PREFIX", usage_prefix)
+        batches = BatchStore(postgres_url, batch_prefix)
+        UploadStore(batches.engine, batch_prefix).drop_tables()
+        batches.drop_tables()
+        batches.dispose()

@@ -13,6 +13,9 @@ from the file if the control plane is down, and ``LocalStack.restart_control_pla
 dead control plane again on the same ports, from those files (files left by an earlier stack
 are removed at start: its replicas are gone).
 The replicas beat to the control plane every second (their middleware) and settle to the gateway.
+The batch service (``/v1/batches``, ``/v1/files`` and its worker; ``StackOptions.batch``) starts
+after the gateway, shares its usage database, is routed by Envoy on the same base URL, and is
+stopped first (its worker cancels its requests and gives its leases back).
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class StackOptions:
     """The gateway's usage database (default: ``state_dir/usage.db``, SQLite)."""
     redis_url: str | None = None
     """Token buckets in Redis (default: in the gateway's memory)."""
+    batch: bool = True
+    """Run the batch service (``/v1/batches``, ``/v1/files`` and its worker) behind Envoy."""
+    replica_env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of every simulated replica (``--autoscale`` sets the drain grace)."""
 
     @property
     def router_state_file(self) -> Path:
@@ -89,6 +96,8 @@ class LocalStack:
         try:
             cp = self._start_control_plane(opts, say)
             gateway = self._start_gateway(cfg, opts, say)
+            if opts.batch:
+                self._start_batch(cfg, opts, say)
             self._start_replicas(cfg, opts, cp, gateway, say)
             envoy = self._start_envoy(cp, gateway, say)
             self._wait_serving(envoy, cfg, say)
@@ -156,26 +165,38 @@ class LocalStack:
         proc.wait_until(proc.http_ok(f"http://{HOST}:{port}/health"), READY_TIMEOUT_S, "gateway", gateway)
         return gateway
 
+    def _start_batch(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
+        """The batch service (API and worker in one process) on the usage database (SQLite in
+        WAL mode with a busy timeout when it is a file), sending lines through Envoy with the dev
+        keys; ``file://`` URIs under ``state_dir/batches/<team>/``, uploads in ``state_dir/uploads``."""
+        from gateway_ext.batch_main import batch_service_argv
+
+        port, state = proc.free_port(), opts.state_dir.resolve()
+        for team in cfg.teams:
+            (state / "batches" / team.name).mkdir(parents=True, exist_ok=True)
+        # the batch tables go beside the usage tables: the gateway's prefix unless set for batch
+        prefix = None if "MODELFLEET_BATCH_TABLE_PREFIX" in os.environ else os.environ.get(
+            "MODELFLEET_GATEWAY_USAGE_TABLE_PREFIX")
+        argv = batch_service_argv(opts.config_dir.resolve(), HOST, port, self._usage_db_url(),
+                                  f"http://{HOST}:{opts.port}/v1", table_prefix=prefix,
+                                  file_roots=[state / "batches" / "{team}"],
+                                  extra=["--files-dir", str(state / "uploads")])
+        say(f"batch: /v1/batches and /v1/files on {HOST}:{port}, files under {state / 'batches'}/<team>")
+        batch = proc.spawn("batch", "batch", argv, port, self.log_dir)
+        self.children.append(batch)
+        proc.wait_until(proc.http_ok(f"http://{HOST}:{port}/health"), READY_TIMEOUT_S, "batch", batch)
+        return batch
+
     def _usage_db_url(self) -> str:
         """The gateway's usage database: the option, else ``state_dir/usage.db`` (SQLite)."""
         return self.options.usage_db_url or f"sqlite:///{(self.options.state_dir / 'usage.db').resolve()}"
 
     def _start_replicas(self, cfg: PlatformConfig, opts: StackOptions, cp: proc.Child, gateway: proc.Child,
                         say: Any) -> None:
-        time_scale = opts.time_scale or cfg.local.time_scale
         cp_url = f"http://{HOST}:{cp.port}"
 
         def launch(plan: ReplicaPlan) -> proc.Child:
-            version = cfg.version(plan.model, plan.version)
-            assert version is not None  # checked by load_config
-            port = proc.free_port()
-            argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region, time_scale,
-                                opts.seed + plan.index, settle_url=_settle_url(gateway),
-                                control_plane_url=cp_url, debug=opts.debug)
-            child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target)
-            child.extra["replica_id"] = plan.replica_id
-            self.children.append(child)
-            return child
+            return self.spawn_replica(cfg, plan)
 
         started = [(plan, launch(plan)) for plan in replica_plan(cfg)]
         say(f"replicas: starting {len(started)} ({', '.join(sorted({p.target for p, _ in started}))})")
@@ -193,6 +214,25 @@ class LocalStack:
                     child = launch(plan)
             register_replica(cp_url, plan.replica_id, plan.model, plan.version, HOST, child.port)
 
+    def spawn_replica(self, cfg: PlatformConfig, plan: ReplicaPlan) -> proc.Child:
+        """Start one simulated replica on a free port (not waiting for it); it beats to the
+        control plane and settles to the gateway. ``options.replica_env`` goes to its environment."""
+        opts = self.options
+        cp = next(c for c in self.children if c.role == "control-plane")
+        gateway = next(c for c in self.children if c.role == "gateway")
+        version = cfg.version(plan.model, plan.version)
+        assert version is not None  # checked by load_config
+        port = proc.free_port()
+        argv = replica_argv(version, plan.replica_id, HOST, port, cfg.local.region,
+                            opts.time_scale or cfg.local.time_scale, opts.seed + plan.index,
+                            settle_url=_settle_url(gateway), control_plane_url=f"http://{HOST}:{cp.port}",
+                            debug=opts.debug)
+        child = proc.spawn(plan.replica_id, "replica", argv, port, self.log_dir, target=plan.target,
+                           env=opts.replica_env or None)
+        child.extra["replica_id"] = plan.replica_id
+        self.children.append(child)
+        return child
+
     def _start_envoy(self, cp: proc.Child, gateway: proc.Child, say: Any) -> proc.Child:
         from envoy_control.bootstrap import render_bootstrap
         from envoy_control.envoy_process import envoy_argv
@@ -205,6 +245,7 @@ class LocalStack:
             xds_host=HOST,
             xds_port=int(str(cp.extra["xds_port"])),
             gateway=(HOST, gateway.port),
+            batch=next(((HOST, c.port) for c in self.children if c.role == "batch"), None),
         )
         path = self.options.state_dir / "envoy-bootstrap.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,16 +293,30 @@ class LocalStack:
                 "metrics_url": f"{gateway_url}/metrics",
             },
             "usage_db_url": self._usage_db_url(),
+            **self._batch_facts(),
             "keys": dict(cfg.local.dev_keys),
             "config_dir": str(self.options.config_dir.resolve()),
+            "time_scale": self.options.time_scale or cfg.local.time_scale,
             "pid": os.getpid(),
             "started_at": time.time(),
             "processes": [c.as_dict() for c in self.children],
         }
 
+    def _batch_facts(self) -> dict[str, Any]:
+        """``batch`` in ``local.json``: the service's own URL (the API is on ``base_url`` through
+        Envoy), its metrics, where ``file://`` URIs and uploads live."""
+        batch = next((c for c in self.children if c.role == "batch"), None)
+        if batch is None:
+            return {}
+        state = self.options.state_dir.resolve()
+        return {"batch": {"url": f"http://{HOST}:{batch.port}",
+                          "metrics_url": f"http://{HOST}:{batch.port}/metrics",
+                          "file_root": str(state / "batches" / "{team}"),
+                          "files_dir": str(state / "uploads")}}
+
     def stop(self) -> None:
         """Stop every child by PID: Envoy, replicas, the gateway, then the control plane."""
-        order = {"envoy": 0, "replica": 1, "gateway": 2, "control-plane": 3}
+        order = {"batch": -1, "envoy": 0, "replica": 1, "gateway": 2, "control-plane": 3}
         for child in sorted(self.children, key=lambda c: order.get(c.role, 3)):
             proc.stop(child)
 

@@ -98,7 +98,7 @@ class _GaugeCollector(Collector):
 
 class _MetricsHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        replica: FakeReplica = self.server.replica  # type: ignore[attr-defined]
+        replica: FakeReplica | FakeGateway = self.server.replica  # type: ignore[attr-defined]
         body = replica.exposition() if self.path == "/metrics" else b""
         self.send_response(200 if body else 404)
         self.send_header("Content-Type", CONTENT_TYPE_LATEST)
@@ -129,6 +129,44 @@ def fake_replicas() -> Iterator[Callable[..., FakeReplica]]:
         assert replica.server is not None
         replica.server.shutdown()
         replica.server.server_close()
+
+
+class FakeGateway:
+    """A gateway_ext pod's /metrics: its real metric families (``gateway_ext.metrics``) with the
+    admission queue per pool and tier set by the test."""
+
+    def __init__(self) -> None:
+        from gateway_ext.metrics import make_metrics
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.metrics = make_metrics(self.registry)
+        self.server: ThreadingHTTPServer | None = None
+
+    def queued(self, pool: str, tier: str, depth: int) -> None:
+        """Set the queue depth of ``pool`` (``model@version``) for ``tier``, requests."""
+        self.metrics.pool_queue_depth.labels(pool=pool, tier=tier).set(depth)
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        host, port = self.server.server_address[:2]
+        return f"{host!s}:{port}"
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@pytest.fixture
+def fake_gateway() -> Iterator[FakeGateway]:
+    """One fake gateway_ext pod serving /metrics on 127.0.0.1; shut down after the test."""
+    gateway = FakeGateway()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MetricsHandler)
+    server.replica = gateway  # type: ignore[attr-defined]
+    gateway.server = server
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield gateway
+    server.shutdown()
+    server.server_close()
 
 
 def _tool(name: str) -> str:

@@ -75,12 +75,13 @@ def test_generated_prometheus_config_passes_promtool(promtool: str, tmp_path: Pa
 def test_scaled_object_queries_drive_the_rule(
         prometheus: Callable[[dict[str, Any]], str], fake_replicas: Callable[..., Any],
         example_config: PlatformConfig, chat_pool: Pool, chat_version: Version,
-        policy: AutoscalePolicy) -> None:
+        policy: AutoscalePolicy, fake_gateway: Any) -> None:
     pool_replicas = [fake_replicas("chat-7b", "v13", NAMESPACE, 300_000, 3),
                      fake_replicas("chat-7b", "v13", NAMESPACE, 250_000, 2)]
     others = [fake_replicas("chat-7b", "v14", NAMESPACE, 999_999, 50),   # same model_name, canary pool
               fake_replicas("chat-7b", "v13", "staging", 777_777, 40)]   # same pool, other namespace
-    url = prometheus(prometheus_config(_targets(pool_replicas + others), namespace=NAMESPACE))
+    url = prometheus(prometheus_config(_targets(pool_replicas + others), namespace=NAMESPACE,
+                                       gateways=[fake_gateway.address]))
     query = _query(url)
 
     queries = _queries(scaled_object(chat_pool, chat_version, policy, namespace=NAMESPACE))
@@ -95,13 +96,26 @@ def test_scaled_object_queries_drive_the_rule(
                                 readings(triggers, values, datetime.now(UTC)), 6, 0.0)
     assert (decision.replicas, decision.reason) == (8, Reason.SCALED)
 
-    # A gauge moves: the queue jumps to 60 + 20 = 80 -> ceil(80 / 8) = 10 replicas, the fast trigger.
+    # A gauge moves: the engines' queue jumps to 60 + 20 = 80 -> ceil(80 / 8) = 10 replicas,
+    # the fast trigger (no gateway series yet: the gateway's part counts 0).
     pool_replicas[0].waiting, pool_replicas[1].waiting = 60, 20
     assert _wait_for(query, queries["queue-depth"], 80) == 80
     values = {name: query(promql) for name, promql in queries.items()}
     decision = desired_replicas(scaler_spec(chat_pool, policy), ScalerState(),
                                 readings(triggers, values, datetime.now(UTC)), 6, 0.0)
     assert decision.replicas == 10
+
+    # Requests held in the gateway's admission queue for this pool count too (every tier), the
+    # canary pool's do not: 80 + 30 + 6 = 116 -> ceil(116 / 8) = 15 proposed; the scale-up rate
+    # allows 6 + max(100% of 6, 4 pods) = 12 in this first step.
+    fake_gateway.queued("chat-7b@v13", "interactive", 30)
+    fake_gateway.queued("chat-7b@v13", "standard", 6)
+    fake_gateway.queued("chat-7b@v14", "interactive", 500)
+    assert _wait_for(query, queries["queue-depth"], 116) == 116
+    values = {name: query(promql) for name, promql in queries.items()}
+    decision = desired_replicas(scaler_spec(chat_pool, policy), ScalerState(),
+                                readings(triggers, values, datetime.now(UTC)), 6, 0.0)
+    assert dict(decision.proposals)["queue-depth"] == 15 and decision.replicas == 12
 
     # A pool nobody scrapes answers empty, not 0: a failed read, and the rule holds the pool.
     reason = next(p for p in example_config.pools if p.model == "reason-70b" and p.region == "us-east-1")

@@ -61,8 +61,10 @@ def test_chat_pool_in_detail(chat_pool: Pool, chat_version: Version, policy: Aut
         "serverAddress": "http://prometheus:9090",
         "query": 'sum(modelfleet_tokens_in_flight{namespace="modelfleet",pool="chat-7b-v13"})',
         "threshold": "78400", "activationThreshold": "0", "ignoreNullValues": "false"}
-    assert _triggers(so)["queue-depth"]["metadata"]["query"] == \
+    assert _triggers(so)["queue-depth"]["metadata"]["query"] == (
         'sum(vllm:num_requests_waiting{namespace="modelfleet",pool="chat-7b-v13"})'
+        ' + (sum(modelfleet_gateway_pool_queue_depth{namespace="modelfleet",pool="chat-7b@v13"})'
+        ' or vector(0))')
     behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"] == {"stabilizationWindowSeconds": 600, "selectPolicy": "Min",
                                      "policies": [{"type": "Pods", "value": 1, "periodSeconds": 600}]}

@@ -85,6 +85,9 @@ def test_nlb_redis_autoscaling_and_dns(build: Build, images: Images) -> None:
     assert env["MODELFLEET_GATEWAY_REDIS_URL"] == "rediss://gateway-redis.cache.mock:6379/0"
     args = ext["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--config", "/etc/modelfleet/config"] and "--region" in args
+    # Prometheus scrapes gateway_ext: its admission queue is part of the pools' queue trigger
+    (monitor,) = [m for m in objects(mocks, "PodMonitor") if m["metadata"]["name"] == "gateway-ext"]
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "gateway-ext"}
     # follows the control plane's router state and keeps a copy for restarts while it is down
     assert args[args.index("--control-plane-url") + 1].startswith("http://")
     assert env["MODELFLEET_GATEWAY_ROUTER_STATE_WRITE"] == "1"

@@ -231,6 +231,8 @@ async def rollouts(registry: Registry, prometheus: tuple[str, Path], tmp_path: P
     guard = back["guard_metrics"]
     assert guard["candidate"]["ttft_p95_s"] > 1.2 * guard["live"]["ttft_p95_s"]
     assert guard["candidate"]["requests"] >= MIN_REQUESTS and guard["verdict"]["outcome"] == "fail"
+    # the replicas export vllm:request_success_total{finished_reason}: the error rate is judged
+    assert guard["live"]["error_rate"] == 0.0 and guard["candidate"]["error_rate"] == 0.0
 
     view = client.get("/admin/models/chat-7b/rollouts", headers=ADMIN).json()
     assert view["rollout"]["phase"] == "rolled_back" and len(view["decisions"]) == 2

@@ -70,6 +70,7 @@ def test_router_state_lists_routable_replicas_and_aliases(example_config: Platfo
         "beat_interval_s",
         "pools",
         "aliases",
+        "teams",
     }
     assert data["pools"]["chat-7b@v13"]["replicas"][0]["address"] == "127.0.0.1:9100"
     assert parse_router_state(data) == state  # the reader gives back what was published

@@ -1,6 +1,7 @@
 """Version resolution with pins: a conversation keeps the version it started on through canary
 changes (1% -> 10% -> 50%, and back), new conversations follow the split, requests without a
-conversation are split per request, a rollback or a promotion moves pins, Redis shares them."""
+conversation are split per request, a rollback or a promotion moves pins, Redis shares them, and
+a conversation is (team, model, id): two teams reusing an id never share a pin."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gateway_ext.routing import Router
 from gateway_ext.versions import (
     VersionReason,
     choose,
+    conversation_key,
     pin_targets,
     settle_pin,
     split,
@@ -36,9 +38,10 @@ class Clock:
         return self.now
 
 
-def resolve(store: MemoryPinStore | RedisPinStore, alias: ModelAlias, cid: str) -> str:
-    candidate = choose(alias, None, cid, 0.0).version
-    return store.resolve("chat-7b", cid, candidate, pin_targets(alias))[0]
+def resolve(store: MemoryPinStore | RedisPinStore, alias: ModelAlias, cid: str,
+            team: str = "search") -> str:
+    candidate = choose(alias, None, conversation_key(team, "chat-7b", cid), 0.0).version
+    return store.resolve(team, "chat-7b", cid, candidate, pin_targets(alias))[0]
 
 
 def test_the_split_is_monotone_in_the_percent() -> None:
@@ -69,7 +72,8 @@ def test_a_pin_holds_only_on_the_alias_live_or_canary_version() -> None:
     assert settle_pin("v14", "v13", ("v13",)) == ("v13", True)  # canary rolled back
     assert settle_pin(None, "v13", ("v13",)) == ("v13", True)
     store = MemoryPinStore()
-    on_canary = next(f"c{i}" for i in range(1000) if split_point(f"c{i}") < 0.01)
+    on_canary = next(f"c{i}" for i in range(1000)
+                     if split_point(conversation_key("search", "chat-7b", f"c{i}")) < 0.01)
     assert resolve(store, ALIAS, on_canary) == "v14"
     rolled_back = replace(ALIAS, canary=None, canary_percent=0.0)
     assert resolve(store, rolled_back, on_canary) == "v13"
@@ -81,15 +85,15 @@ def test_a_pin_holds_only_on_the_alias_live_or_canary_version() -> None:
 def test_memory_pins_expire_and_are_bounded() -> None:
     clock = Clock()
     store = MemoryPinStore(ttl_s=60.0, max_entries=100, clock=clock)
-    assert store.resolve("m", "a", "v14", ("v13", "v14")) == ("v14", True)
+    assert store.resolve("t", "m", "a", "v14", ("v13", "v14")) == ("v14", True)
     clock.now = 59.0
-    assert store.resolve("m", "a", "v13", ("v13", "v14")) == ("v14", False)  # TTL slides
+    assert store.resolve("t", "m", "a", "v13", ("v13", "v14")) == ("v14", False)  # TTL slides
     clock.now = 118.0
-    assert store.resolve("m", "a", "v13", ("v13", "v14")) == ("v14", False)
+    assert store.resolve("t", "m", "a", "v13", ("v13", "v14")) == ("v14", False)
     clock.now = 179.0
-    assert store.resolve("m", "a", "v13", ("v13", "v14")) == ("v13", True)  # idle 61 s: new
+    assert store.resolve("t", "m", "a", "v13", ("v13", "v14")) == ("v13", True)  # idle 61 s
     for i in range(500):
-        store.resolve("m", f"x{i}", "v13", ("v13",))
+        store.resolve("t", "m", f"x{i}", "v13", ("v13",))
     assert len(store) == 100
 
 
@@ -109,7 +113,7 @@ def test_redis_pins_are_shared_by_gateway_processes(redis_url: str, redis_client
     high = replace(ALIAS, canary_percent=100)
     assert resolve(one, low, "shared") == "v13"
     assert resolve(two, high, "shared") == "v13"  # the other process sees the pin
-    assert 0 < redis_client.pttl(one.key("chat-7b", "shared")) <= 30_000
+    assert 0 < redis_client.pttl(one.key("search", "chat-7b", "shared")) <= 30_000
     assert resolve(two, ModelAlias("chat-7b", live="v14"), "shared") == "v14"
     assert resolve(one, high, "shared") == "v14"
     other_process.close()
@@ -122,9 +126,9 @@ def test_redis_down_pins_in_memory_then_back() -> None:
     fallen: list[int] = []
     store = FallbackPinStore(broken, MemoryPinStore(clock=clock), (redis.RedisError, OSError),
                              retry_s=1.0, clock=clock, on_fallback=lambda: fallen.append(1))
-    assert store.resolve("m", "c", "v14", ("v13", "v14")) == ("v14", True)
+    assert store.resolve("t", "m", "c", "v14", ("v13", "v14")) == ("v14", True)
     assert store.degraded and fallen == [1]
-    assert store.resolve("m", "c", "v13", ("v13", "v14")) == ("v14", False)  # memory, no retry
+    assert store.resolve("t", "m", "c", "v13", ("v13", "v14")) == ("v14", False)  # memory
     assert fallen == [1]
 
 
@@ -141,6 +145,11 @@ def test_the_router_pins_through_its_store(platform_config: PlatformConfig) -> N
     assert all(router.choose_version(with_id) == first for _ in range(20))
     picks = [router.choose_version(without) for _ in range(2000)]
     assert 0.07 < picks.count("v14") / 2000 < 0.13  # config: 10%, drawn per request
+    by_team = [(router.choose_version(with_id, "search"), router.choose_version(with_id, "ads"))
+               for with_id in (parse_chat_request(body, {"x-conversation-id": f"c-{i}"},
+                                                  platform_config) for i in range(300))
+               if isinstance(with_id, ChatRequest)]
+    assert sum(a != b for a, b in by_team) > 20  # 10% each: two teams' pins are their own
     only_live = Router(platform_config, MemoryPinStore(), ["chat-7b@v13"])  # no v14 pool here
     assert all(only_live.choose_version(without) == "v13" for _ in range(200))
 
@@ -150,3 +159,37 @@ def test_the_extremes_send_everything_one_way(percent: float) -> None:
     alias = replace(ALIAS, canary_percent=percent)
     versions = {choose(alias, None, f"c{i}", 0.0).version for i in range(500)}
     assert versions == ({"v13"} if percent == 0 else {"v14"})
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "redis"])
+def test_two_teams_reusing_a_conversation_id_never_share_a_pin(
+        store_kind: str, request: pytest.FixtureRequest) -> None:
+    store: MemoryPinStore | RedisPinStore
+    if store_kind == "memory":
+        store = MemoryPinStore()
+    else:
+        store = RedisPinStore(request.getfixturevalue("redis_client"),
+                              request.getfixturevalue("redis_prefix"), ttl_s=30)
+    half = replace(ALIAS, canary_percent=50)
+    # the split point is per team: over many shared ids the two teams disagree about half the time
+    ids = [f"shared-{i}" for i in range(400)]
+    first = {cid: resolve(store, half, cid, "search") for cid in ids}
+    second = {cid: resolve(store, half, cid, "ads") for cid in ids}
+    differ = sum(first[c] != second[c] for c in ids)
+    assert 120 < differ < 280, differ
+    # each team keeps its own pin whatever the percent does
+    assert all(resolve(store, replace(ALIAS, canary_percent=p), c, t) == want[c]
+               for p in (1, 99) for t, want in (("search", first), ("ads", second))
+               for c in ids[:60])
+
+
+def test_pins_written_before_they_were_per_team_are_still_honoured(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    store = RedisPinStore(redis_client, redis_prefix, ttl_s=30)
+    redis_client.set(store.legacy_key("chat-7b", "old-conv"), "v14", px=30_000)  # old layout
+    at_zero = replace(ALIAS, canary_percent=0)  # a new split would send it to v13
+    assert resolve(store, at_zero, "old-conv") == "v14"
+    assert redis_client.get(store.key("search", "chat-7b", "old-conv")) == b"v14"  # adopted
+    no_legacy = RedisPinStore(redis_client, redis_prefix, ttl_s=30, read_legacy=False)
+    redis_client.set(no_legacy.legacy_key("chat-7b", "other"), "v14", px=30_000)
+    assert resolve(no_legacy, at_zero, "other") == "v13"

@@ -32,7 +32,7 @@ def test_one_deployment_and_one_scaled_object_per_pool(us_east: RecordingMocks) 
     pools = ["vllm-chat-7b-v13", "vllm-chat-7b-v14", "vllm-reason-70b-v1"]
     assert _kinds(us_east, "ScaledObject") == pools
     assert [d for d in _kinds(us_east, "Deployment") if d.startswith("vllm-")] == pools
-    assert _kinds(us_east, "PodMonitor") == pools
+    assert _kinds(us_east, "PodMonitor") == sorted([*pools, "gateway-ext"])  # + the gateway's queue
 
 
 def test_region_wiring(us_east: RecordingMocks) -> None:

@@ -4,7 +4,9 @@ platform's front door at tier batch with the team's dev key, state in Postgres b
 One stack for the module (20x real time; reason-70b a tiny pool of 600 tokens in flight where
 search holds a 0.9 guaranteed share; the gateway's queue bound 0, so a batch request that does
 not fit is shed at once with 503 and Retry-After); the batch API runs as its own process for the
-module, and each test starts its own worker process (stopped, or killed, by PID)."""
+module, and each test starts its own worker process (stopped, or killed, by PID). The stack's own
+batch service (behind Envoy on the base URL, with its worker, tables under another prefix) serves
+the OpenAI-client test."""
 
 from __future__ import annotations
 
@@ -22,19 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_ext.batch_main import batch_service_argv
 from gateway_ext.batch_store import BatchStore
+from gateway_ext.batch_uploads import UploadStore
 from gateway_ext.usage_store import UsageStore
-from modelfleet.local.harness import (
-    RunningStack,
-    assert_all_stopped,
-    edit_yaml,
-    start_stack,
-    write_config,
-)
+from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
 from modelfleet.local.processes import free_port
 from replica.generation import plan_output
 from replica.tokens import chat_prompt_ids
@@ -79,18 +77,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, postgres_url: str,
     config = write_config(cwd / "config", time_scale=20.0, replicas={
         "chat-7b@v13": 1, "chat-7b@v14": 1, "reason-70b@v1": 1})
     _small_pool(config)
-    env = {"MODELFLEET_GATEWAY_MAX_QUEUE": "0", "MODELFLEET_GATEWAY_FLUSH_INTERVAL_S": "0.5",
-           "MODELFLEET_GATEWAY_USAGE_TABLE_PREFIX": prefix}
-    running = start_stack(cwd, config, "--debug", "--usage-db-url", postgres_url, env=env)
+    env = {"MODELFLEET_GATEWAY_MAX_QUEUE": "0", "MODELFLEET_BATCH_TABLE_PREFIX": prefix + "s_",
+           "MODELFLEET_BATCH_POLL_INTERVAL_S": "0.2"}
     (cwd / "data").mkdir()
-    try:
+    with postgres_stack(cwd, config, postgres_url, prefix, env=env) as running:
         yield running
-    finally:
-        assert running.stop(signal.SIGINT) == 0, running.log.read_text()
-        assert_all_stopped(running)
-        store = UsageStore(postgres_url, prefix)
-        store.drop_tables()
-        store.dispose()
 
 
 @dataclass
@@ -144,6 +135,7 @@ def api(fleet: RunningStack, postgres_url: str, prefix: str) -> Iterator[str]:
     finally:
         service.stop()
         store = BatchStore(postgres_url, prefix)
+        UploadStore(store.engine, prefix).drop_tables()
         store.drop_tables()
         store.dispose()
 
@@ -372,3 +364,59 @@ def test_a_passed_deadline_expires_the_batch_and_keeps_partial_results(
     assert len(done) == counts["completed"]
     assert all(o["response"]["body"]["usage"]["completion_tokens"] == 150 for o in done)
     assert {o["error"]["code"] for o in out if o["response"] is None} == {"batch_expired"}
+
+
+def test_the_openai_client_runs_a_batch_through_modelfleet_up(
+        fleet: RunningStack, postgres_url: str, prefix: str) -> None:
+    """Upload, create, poll, read the output with OpenAI's client on the stack's base URL (the
+    stack's own batch service and worker, behind Envoy); another team sees nothing; the lines
+    are metered at tier batch."""
+    assert {p["role"] for p in fleet.facts["processes"]} >= {"batch", "gateway", "envoy"}
+    assert fleet.facts["batch"]["url"].startswith("http://127.0.0.1:")
+    usage = UsageStore(postgres_url, prefix)
+
+    def batch_requests() -> int:
+        return sum(r.counts.requests for r in usage.rows(team="research", model="chat-7b",
+                                                         tier="batch"))
+    before = batch_requests()
+    n = 12
+    data = "".join(json.dumps(line(f"o{i}", f"OpenAI client question {i}", 3)) + "\n"
+                   for i in range(n)).encode()
+    client = openai.OpenAI(base_url=fleet.base_url, api_key=fleet.key("research"), max_retries=0)
+    other = openai.OpenAI(base_url=fleet.base_url, api_key=fleet.key("support"), max_retries=0)
+    uploaded = client.files.create(file=("questions.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    deadline = time.monotonic() + 40
+    while batch.status not in FINAL:
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.1)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    assert batch.output_file_id is not None
+    out = [json.loads(x) for x in client.files.content(batch.output_file_id).text.splitlines()]
+    assert [o["custom_id"] for o in out] == [f"o{i}" for i in range(n)]  # one result per line
+    assert all(o["response"]["status_code"] == 200 for o in out)
+    for call in (lambda: other.batches.retrieve(batch.id),
+                 lambda: other.files.content(uploaded.id),
+                 lambda: other.files.content(str(batch.output_file_id))):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    deadline = time.monotonic() + 10
+    while batch_requests() - before < n:  # the gateway flushes usage every 0.5 s here
+        assert time.monotonic() < deadline, batch_requests() - before
+        time.sleep(0.1)
+    assert batch_requests() - before == n
+    usage.dispose()
+    # input_uri still works, confined to the team's own folder of the stack
+    folders = Path(fleet.facts["batch"]["file_root"]).parent
+    (folders / "support" / "theirs.jsonl").write_bytes(data)
+    (folders / "research" / "mine.jsonl").write_bytes(data)
+    for name, status in (("support/theirs.jsonl", 400), ("research/mine.jsonl", 200)):
+        r = httpx.post(fleet.base_url + "/batches", headers=key(fleet, "research"), timeout=10,
+                       json={"model": "chat-7b", "input_uri": (folders / name).as_uri()})
+        assert r.status_code == status, r.text
+    assert httpx.post(f"{fleet.base_url}/batches/{r.json()['id']}/cancel",
+                      headers=key(fleet, "research"), timeout=10).status_code in (200, 409)
+    client.close()
+    other.close()

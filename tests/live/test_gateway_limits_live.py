@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import statistics
 import threading
 import time
@@ -24,13 +23,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from gateway_ext.usage_store import UsageStore
-from modelfleet.local.harness import (
-    RunningStack,
-    assert_all_stopped,
-    edit_yaml,
-    start_stack,
-    write_config,
-)
+from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
 from replica.tokens import chat_prompt_ids
 
 pytestmark = pytest.mark.live
@@ -70,17 +63,9 @@ def limited(tmp_path_factory: pytest.TempPathFactory, postgres_url: str,
     config = write_config(cwd / "config", time_scale=20.0, replicas={
         "chat-7b@v13": 2, "chat-7b@v14": 1, "reason-70b@v1": 1})
     _small_limits(config)
-    env = {"MODELFLEET_GATEWAY_MAX_QUEUE": "1", "MODELFLEET_GATEWAY_FLUSH_INTERVAL_S": "0.5",
-           "MODELFLEET_GATEWAY_USAGE_TABLE_PREFIX": table_prefix}
-    running = start_stack(cwd, config, "--debug", "--usage-db-url", postgres_url, env=env)
-    try:
+    with postgres_stack(cwd, config, postgres_url, table_prefix,
+                        env={"MODELFLEET_GATEWAY_MAX_QUEUE": "1"}) as running:
         yield running
-    finally:
-        assert running.stop(signal.SIGINT) == 0, running.log.read_text()
-        assert_all_stopped(running)
-        store = UsageStore(postgres_url, table_prefix)
-        store.drop_tables()
-        store.dispose()
 
 
 def api(stack: RunningStack, team: str) -> openai.OpenAI:

@@ -31,7 +31,7 @@ def test_facts_file_names_every_process(stack: RunningStack) -> None:
     facts = stack.facts
     assert facts["base_url"].endswith("/v1")
     roles = Counter(p["role"] for p in facts["processes"])
-    assert roles == {"control-plane": 1, "gateway": 1, "envoy": 1, "replica": 5}
+    assert roles == {"control-plane": 1, "gateway": 1, "envoy": 1, "replica": 5, "batch": 1}
     assert set(facts["keys"]) == {"search", "support", "research"}
     assert facts["gateway"]["url"].startswith("http://127.0.0.1:")
     assert facts["usage_db_url"].endswith(".modelfleet/usage.db")  # what `modelfleet usage` reads
@@ -120,13 +120,14 @@ def test_status_shows_processes_and_envoys_view(stack: RunningStack) -> None:
     assert "chat-7b@v13-0" in text and "v14 10%" in text
     assert any(p["role"] == "gateway" and p["alive"] for p in report["processes"])
     assert report["gateway"]["status"] == "ok" and "GATEWAY http://127.0.0.1:" in text
+    assert report["batch"]["status"] == "ok" and "BATCH   http://127.0.0.1:" in text
 
 
 def test_sigterm_stops_every_child(tmp_path: Path) -> None:
     config = write_config(tmp_path / "config", replicas={"chat-7b@v13": 1, "chat-7b@v14": 1, "reason-70b@v1": 1},
                           time_scale=20.0)
     running = start_stack(tmp_path, config)
-    assert len(running.child_pids()) == 6  # control plane, gateway, 3 replicas, Envoy
+    assert len(running.child_pids()) == 7  # control plane, gateway, batch, 3 replicas, Envoy
     assert running.stop(signal.SIGTERM) == 0
     assert_all_stopped(running)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import openai
 import pytest
 
-from gateway_ext.versions import split_point
+from gateway_ext.versions import conversation_key, split_point
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack
 
 if TYPE_CHECKING:
@@ -158,7 +158,8 @@ def test_canary_split_is_sticky_when_the_percent_is_raised(routed: RunningStack)
     assert 0.04 <= share_10 <= 0.18, share_10
     share_50 = sum(t.model_version == "v14" for t in new.values()) / len(new)
     assert 0.38 <= share_50 <= 0.62, share_50
-    would_move = [c for c, t in old.items() if t.model_version == "v13" and split_point(c) < 0.5]
+    would_move = [c for c, t in old.items() if t.model_version == "v13"
+                  and split_point(conversation_key(rs.KEY_TEAM, "chat-7b", c)) < 0.5]
     assert would_move  # a plain hash split would have moved these to the canary
     for first, second in ((old, old_again), (new, new_again)):
         changed = [c for c in first if first[c].model_version != second[c].model_version]

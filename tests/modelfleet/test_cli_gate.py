@@ -151,12 +151,16 @@ def test_gate_scores_versions_through_the_platform_and_saves_with_the_version(
 
     fake = LoadResult(2400.0, 0.1, 0.4, 1 / 40, 0.05, 0.8, 100)
     monkeypatch.setattr(gate, "engine_runner", lambda version: lambda streams: fake)
-    assert cli(["gate", "chat-7b@v14", *common, "--load-test", "--save", "--json"]) == 0
+    assert cli(["gate", "chat-7b@v14", *common, "--load-test", "--engine", "--save", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] and report["quality"]["new"]["maths"] == 1.0
     assert report["quality"]["counts"]["chat-7b@v14"]["long"] == [1, 1]
     row = registry.version("chat-7b", "v14")
     assert row is not None and row["capacity_measured"] and row["load_test_tokens_per_s"] == 2400.0
     assert row["eval_report"]["reference"]["all"] == 1.0
+    assert report["saved"] == {"eval_report": True, "capacity": True}
+    assert report["config_patch"]["capacity_line"] == (
+        "capacity: {output_tokens_per_s: 2400, tokens_in_flight: 10800, streams: 8, measured: true}")
+    assert report["config_patch"]["thresholds"]["tokens_in_flight"] == 7560  # 70% of 10,800
     assert cli(["gate", "chat-7b@v99", *common, "--save"]) == 2  # not registered: not saved
     assert "404" in capsys.readouterr().err
