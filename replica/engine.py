@@ -153,17 +153,18 @@ class Engine:
             self._busy_until = start
             return StepResult(start, start, 0, 0, (), (), preempted)
         context = self._context
-        prefill = sum(a.prefill_tokens for a in admitted)
+        prefill = sum(a.prefill_tokens for a in admitted) if admitted else 0
         end = start + self.params.step_seconds(context, prefill, self._bandwidth)
         outputs = self._outputs(end) if detail else ()
         n = self._steps
-        first = tuple(FirstToken(s.req.request_id, end - s.arrival_s) for s in self._new if s.offset + n == 0)
+        first = tuple(FirstToken(s.req.request_id, end - s.arrival_s)
+                      for s in self._new if s.offset + n == 0) if self._new else ()
         self._steps = n + 1
         self._context += batch
         self._held_generated += batch
         self._generated += batch
         self._register_boundaries()
-        finished = self._finish(end)
+        finished = self._finish(end) if n in self._finish_at else ()
         self._busy_until = self._last_end = end
         return StepResult(start, end, context, prefill, admitted, outputs, preempted, batch, first, finished)
 
@@ -188,19 +189,22 @@ class Engine:
     def _reserve_decode_slots(self, now: float) -> tuple[str, ...]:
         # Only a sequence whose length just filled its last block needs a new one (admission
         # allocates for the context plus the first token; each later block is one boundary).
-        preempted: list[str] = []
         need, self._need_slot = self._need_slot, []
+        if not need:
+            return ()
+        preempted: list[str] = []
+        pool = self.pool
         for adm, seq in need:
             if seq.adm != adm or not seq.running:
                 continue
-            while self.pool.num_free == 0:
+            while pool.num_free == 0:
                 victim, _ = self._running.popitem()  # the most recently admitted
                 self._preempt(victim, now)
                 preempted.append(victim.req.request_id)
                 if victim is seq:
                     break
             if seq.running:
-                seq.blocks.append(self.pool.allocate_one())
+                seq.blocks.append(pool.allocate_one())
         return tuple(preempted)
 
     def _preempt(self, seq: _Seq, now: float) -> None:
@@ -269,20 +273,29 @@ class Engine:
     def _register_boundaries(self) -> None:
         """After a step's tokens: full blocks join the prefix cache, in batch order."""
         bs, n = self.params.block_size, self._steps - 1
-        due = self._boundary_at.pop(n, [])
-        live = sorted((e for e in due if e[1].adm == e[0] and e[1].running), key=_admission)
-        register = self.pool.register
-        for _adm, seq in live:
-            hashes = seq.req.block_hashes
-            i = (seq.req.prompt_tokens + seq.offset + n + 1) // bs - 1
+        due = self._boundary_at.pop(n, None)
+        live = [e for e in due if e[1].adm == e[0] and e[1].running] if due else []
+        if len(live) > 1:
+            live.sort(key=_admission)
+        pool = self.pool
+        register, boundary_at = pool.register, self._boundary_at
+        step = n + bs
+        for adm, seq in live:
+            req = seq.req
+            hashes = req.block_hashes
+            i = (req.prompt_tokens + seq.offset + n + 1) // bs - 1
             if i < len(hashes):
                 register(seq.blocks[i], hashes[i])
-            self._schedule_boundary(seq, n + bs)
+            if step < req.output_tokens - seq.offset:  # at or before its finishing step
+                entries = boundary_at.get(step)
+                if entries is None:
+                    boundary_at[step] = [(adm, seq)]
+                else:
+                    entries.append((adm, seq))
         for seq in self._new:
             length = seq.req.prompt_tokens + seq.offset + n + 1
             hashes = seq.req.block_hashes
-            for i in range(seq.registered, min(length // bs, len(hashes))):
-                register(seq.blocks[i], hashes[i])
+            pool.register_run(seq.blocks, hashes, seq.registered, min(length // bs, len(hashes)))
             if length % bs == 0:
                 live.append((seq.adm, seq))
             self._schedule_boundary(seq, n + (-length % bs or bs))

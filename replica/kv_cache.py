@@ -10,7 +10,13 @@ its blocks last-first, so the tail of a prompt is evicted before its shared head
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
+from itertools import takewhile
+from operator import is_not
+
+_IS_BLOCK = partial(is_not, None)
+"""``_IS_BLOCK(x)`` is ``x is not None``, callable from C."""
 
 
 class BlockPool:
@@ -46,17 +52,13 @@ class BlockPool:
         """Block ids holding the longest run of leading ``hashes`` that is cached."""
         if not self.enable_caching:
             return []
-        out: list[int] = []
-        for h in hashes:
-            block = self._by_hash.get(h)
-            if block is None:
-                break
-            out.append(block)
-        return out
+        # map / takewhile run in C: a lookup per hash until the first miss
+        found: Iterator[int] = takewhile(_IS_BLOCK, map(self._by_hash.get, hashes))  # type: ignore[arg-type]
+        return list(found)
 
     def count_free(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` sit in the free queue (taking them shrinks it)."""
-        return sum(1 for b in blocks if self._refs[b] == 0)
+        return list(map(self._refs.__getitem__, blocks)).count(0)
 
     def acquire(self, blocks: Sequence[int]) -> None:
         """Take a reference on cached ``blocks`` (a prefix hit)."""
@@ -70,13 +72,14 @@ class BlockPool:
         if n > len(self._free):
             raise ValueError(f"cannot allocate {n} blocks, {len(self._free)} free")
         out: list[int] = []
+        popitem, hash_of, by_hash, refs = self._free.popitem, self._hash_of, self._by_hash, self._refs
         for _ in range(n):
-            b, _none = self._free.popitem(last=False)
-            h = self._hash_of[b]
+            b, _none = popitem(False)
+            h = hash_of[b]
             if h is not None:
-                del self._by_hash[h]
-                self._hash_of[b] = None
-            self._refs[b] = 1
+                del by_hash[h]
+                hash_of[b] = None
+            refs[b] = 1
             out.append(b)
         return out
 
@@ -92,6 +95,17 @@ class BlockPool:
         self._refs[b] = 1
         return b
 
+    def register_run(self, blocks: Sequence[int], hashes: Sequence[int], start: int, stop: int) -> None:
+        """``register(blocks[i], hashes[i])`` for ``i`` in ``range(start, stop)``, in order."""
+        if not self.enable_caching:
+            return
+        hash_of, by_hash = self._hash_of, self._by_hash
+        for i in range(start, stop):
+            block, h = blocks[i], hashes[i]
+            if hash_of[block] is None and h not in by_hash:
+                hash_of[block] = h
+                by_hash[h] = block
+
     def register(self, block: int, block_hash: int) -> None:
         """Record that full ``block`` holds the prefix ending in ``block_hash``."""
         if not self.enable_caching or self._hash_of[block] is not None or block_hash in self._by_hash:
@@ -101,12 +115,12 @@ class BlockPool:
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference on each of ``blocks``, last block first."""
+        refs, hash_of, free = self._refs, self._hash_of, self._free
         for b in reversed(blocks):
-            self._refs[b] -= 1
-            if self._refs[b] == 0:
-                if self._hash_of[b] is None:
+            r = refs[b] - 1
+            refs[b] = r
+            if not r:
+                free[b] = None
+                if hash_of[b] is None:
                     # An empty block is worth nothing: hand it out before any cached one.
-                    self._free[b] = None
-                    self._free.move_to_end(b, last=False)
-                else:
-                    self._free[b] = None
+                    free.move_to_end(b, False)

@@ -102,7 +102,7 @@ def run_autoscale(config: PlatformConfig, opts: RunOptions, scenarios: tuple[Sce
     if put.pool is None:
         raise ValueError(f"no pool of {put.version.key} is declared")
     cold_start = cold_start or ColdStart()
-    setup = scaler_setup(put.pool, put.version, cold_start=cold_start)
+    setup = scaler_setup(put.pool, put.version, config.autoscaling, cold_start=cold_start)
     warmup = opts.warmup_s if opts.warmup_s is not None else 120.0
     results = []
     for sc in scenarios:

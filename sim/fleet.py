@@ -1,142 +1,152 @@
-"""The discrete-event simulation of one region's pool: arrivals, the gateway, the replicas.
+"""The discrete-event simulation of one region: arrivals, the gateway, the pools' replicas.
 
-Events, in model seconds: a request arrives (the gateway decides: refuse, queue or admit, then
-picks a replica); a replica's engine step ends (its tokens are delivered, finished requests
-settle with the gateway, which may admit queued ones, and the next step starts); a heartbeat
-every ``heartbeat_s`` (replicas report tokens in flight to the picker, queue timeouts, a
-sample of the pool; every ``sync_period_s`` the desired-replica rule); a started replica
-becomes ready. Deterministic: ties are broken by event order, never by wall time or ``hash``.
+Events, in model seconds (:mod:`sim.loop`): a request reaches the region (the gateway decides:
+refuse, queue or admit, then picks a replica of the version's pool); a replica's engine step
+ends (its tokens are delivered, finished requests settle with the gateway, which may admit
+queued ones, and the next step starts); a heartbeat every ``heartbeat_s`` (replicas report
+tokens in flight to the picker, queue timeouts, a sample of the live pool, every
+``sync_period_s`` the desired-replica rule, then the run's hooks such as a rollout
+controller); a started replica becomes ready. Refusals and failures go back to the clients
+(:mod:`sim.clients`), which may retry. Deterministic: ties are broken by event order.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+import math
+import random
+from collections.abc import Callable, Iterable
 
 from autoscale.rule import ScalerState
-from gateway_ext.admission import AdmissionConfig, Decision, Outcome
-from gateway_ext.decision import Admitted, Refused
+from gateway_ext.admission import Decision, Outcome
+from gateway_ext.decision import Refused
 from modelfleet.config.schema import PlatformConfig
-from replica.params import EngineParams
 from sim.arrivals import Arrival, expand
-from sim.gateway import Routing, SimGateway
+from sim.clients import Clients, retry_after_s
+from sim.fleet_types import FleetSpec, Req, VersionSpec
+from sim.gateway import SimGateway
+from sim.loop import READY, STEP, TICK, Loop
 from sim.measures import Measured, RequestRow, Result, Sample
 from sim.replicas import ReplicaState, SimReplica
 from sim.scaling import ScalerSetup, scale_down_order, scale_step
 
-_STEP, _ARRIVAL, _TICK, _READY = 0, 1, 2, 3
+__all__ = ["Fleet", "FleetSpec", "Hook", "Progress", "VersionSpec", "simulate"]
+
 Progress = Callable[[float, float], None]
 """Called with (model seconds done, model seconds in all) every 10 simulated seconds."""
-
-
-@dataclass(frozen=True)
-class FleetSpec:
-    """One pool in one region and the run's window; units in the names."""
-
-    params: EngineParams
-    replicas: int = 12
-    routing: Routing = Routing.AFFINITY
-    bound: float = 1.25
-    model: str = "chat-7b"
-    version: str = "v13"
-    capacity_tokens_per_replica: int = 112_000
-    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
-    warmup_s: float = 60.0
-    duration_s: float = 300.0
-    tail_s: float = 30.0
-    """Seconds simulated after the window so that its last requests can finish."""
-    heartbeat_s: float = 1.0
-    scaler: ScalerSetup | None = None
-    seed: int = 0
-    gateway: bool = True
-    """False: a load test straight at the replicas (no buckets, no admission; picking only)."""
-
-
-class _Req:
-    __slots__ = ("admitted", "arrival", "cached", "first_s", "row", "t0")
-
-    def __init__(self, arrival: Arrival, admitted: Admitted | None, row: RequestRow | None,
-                 t0: float) -> None:
-        self.arrival, self.admitted, self.row, self.t0 = arrival, admitted, row, t0
-        self.first_s, self.cached = -1.0, 0
+Hook = Callable[["Fleet", float], None]
+"""Called with the region at every heartbeat (seconds)."""
+_REFUSED = {429: Result.REJECTED_429, 503: Result.SHED_503}
 
 
 class Fleet:
-    """The simulation's state; :func:`simulate` runs it."""
+    """One region's state: its gateway and pools; :meth:`arrive` takes requests."""
 
-    def __init__(self, spec: FleetSpec, config: PlatformConfig, progress: Progress | None) -> None:
+    def __init__(self, spec: FleetSpec, config: PlatformConfig, progress: Progress | None,
+                 loop: Loop | None = None, clients: Clients | None = None,
+                 choose_version: Callable[..., str] | None = None) -> None:
         self.spec, self.progress = spec, progress
+        self.loop = loop or Loop()
+        self.region = spec.region
         self.gw = SimGateway(config, spec.model, spec.version, spec.routing,
-                             spec.capacity_tokens_per_replica, spec.admission, spec.bound, spec.seed)
+                             spec.capacity_tokens_per_replica, spec.admission, spec.bound, spec.seed,
+                             spec.region, choose_version)
+        self.main = self.gw.pool_key
+        self.versions: dict[str, VersionSpec] = {self.main: VersionSpec(
+            spec.version, spec.params, spec.capacity_tokens_per_replica)}
         self.m = Measured(spec.warmup_s, spec.warmup_s + spec.duration_s)
+        self.clients = clients or Clients(self.loop, {spec.region: self}, lambda _a, _t: spec.region,
+                                          (self.m.start_s, self.m.end_s), spec.retry, spec.seed)
+        self.m.rows = self.clients.rows
         self.replicas: dict[str, SimReplica] = {}
-        self.reqs: dict[str, _Req] = {}
-        self.heap: list[tuple[float, int, int, object]] = []
-        self._seq = itertools.count()
-        self._ids = itertools.count()
+        self.reqs: dict[str, Req] = {}
+        self.hooks: list[Hook] = []
+        self.up = True
+        self.rng = random.Random(spec.seed)
+        self._ids = iter(range(1 << 62))
         self.scaler_state = ScalerState()
         self.warm_left = spec.scaler.cold_start.warm_nodes if spec.scaler else 0
         for _ in range(spec.replicas):
-            self._new_replica(0.0, ReplicaState.SERVING)
-        self.gw.set_members(self._serving_ids(), 0.0)
+            self._new_replica(self.main, 0.0, ReplicaState.SERVING)
+        self.gw.set_members(self.main, self.serving_ids(self.main), 0.0)
+
+    @property
+    def end_s(self) -> float:
+        """When the run stops: the window's end plus ``tail_s`` (seconds)."""
+        return self.m.end_s + self.spec.tail_s
 
     def run(self, arrivals: Iterable[Arrival]) -> Measured:
-        """Simulate until the window's end plus ``tail_s``; returns the measures."""
-        source = iter(arrivals)
-        self._pull(source)
-        self._push(0.0, _TICK, None)
-        end = self.m.end_s + self.spec.tail_s
-        heap, pop = self.heap, heapq.heappop
-        while heap:
-            t, _, kind, ref = pop(heap)
-            if t >= end:
-                break
-            if kind == _STEP:
-                self._on_step(ref, t)  # type: ignore[arg-type]
-            elif kind == _ARRIVAL:
-                self._on_arrival(ref, t)  # type: ignore[arg-type]
-                self._pull(source)
-            elif kind == _TICK:
-                self._on_tick(t, end)
-            else:
-                self._on_ready(ref, t)  # type: ignore[arg-type]
+        """Simulate this region alone until :attr:`end_s`; returns the measures."""
+        self.clients.start(arrivals)
+        self.loop.push(0.0, self, TICK, None)
+        self.loop.run(self.end_s)
         return self.m
 
-    def _push(self, t: float, kind: int, ref: object) -> None:
-        heapq.heappush(self.heap, (t, next(self._seq), kind, ref))
+    def handle(self, kind: int, ref: object, t: float) -> None:
+        """Run one of this region's events at ``t`` seconds."""
+        if kind == STEP:
+            self._on_step(ref, t)  # type: ignore[arg-type]
+        elif kind == TICK:
+            self._on_tick(t)
+        elif kind == READY:
+            self._on_ready(ref, t)  # type: ignore[arg-type]
 
-    def _pull(self, source: Iterator[Arrival]) -> None:
-        a = next(source, None)
-        if a is not None:
-            self._push(a.time_s, _ARRIVAL, a)
+    def add_version(self, v: VersionSpec) -> str:
+        """Serve ``v`` too, with no replica yet (:meth:`resize`); returns its pool key."""
+        key = self.gw.add_pool(v.version, v.capacity_tokens_per_replica)
+        self.versions[key] = v
+        return key
 
-    def _serving_ids(self) -> list[str]:
-        return [r.id for r in self.replicas.values() if r.state is ReplicaState.SERVING]
+    def resize(self, pool: str, replicas: int, t: float) -> None:
+        """Set ``pool``'s serving replicas at ``t`` (seconds): new ones serve at once (a warm
+        pool), removed ones (newest first) drain."""
+        serving = [r for r in self.replicas.values()
+                   if r.pool == pool and r.state is ReplicaState.SERVING]
+        for _ in range(replicas - len(serving)):
+            self._new_replica(pool, t, ReplicaState.SERVING)
+        for rep in serving[max(0, replicas):][::-1]:
+            self._drain(rep, t)
+        self._apply(self.gw.set_members(pool, self.serving_ids(pool), t), t)
 
-    def _new_replica(self, ready_s: float, state: ReplicaState) -> SimReplica:
-        rid = f"{self.spec.model}@{self.spec.version}-{next(self._ids)}"
-        rep = self.replicas[rid] = SimReplica(rid, self.spec.params, ready_s, state)
+    def fail(self, t: float) -> None:
+        """The region is lost at ``t`` (seconds): every open stream breaks, and from now on
+        every request sent here fails (connection error)."""
+        self.up = False
+        broken, self.reqs, self.replicas = list(self.reqs.values()), {}, {}
+        self.m.scale_events.append((t, self.region, "lost"))
+        for req in broken:
+            self.clients.failed(req.arrival, req.row, req.t0, req.attempt, t, Result.ERROR, None,
+                                self.region)
+
+    def serving_ids(self, pool: str) -> list[str]:
+        """Ids of ``pool``'s serving replicas."""
+        return [r.id for r in self.replicas.values()
+                if r.pool == pool and r.state is ReplicaState.SERVING]
+
+    def _new_replica(self, pool: str, ready_s: float, state: ReplicaState) -> SimReplica:
+        rid = f"{pool}-{next(self._ids)}"
+        rep = self.replicas[rid] = SimReplica(rid, self.versions[pool].params, ready_s, state, pool)
         return rep
 
-    def _on_arrival(self, a: Arrival, t: float) -> None:
+    def arrive(self, a: Arrival, row: RequestRow | None, t0: float, attempt: int, t: float) -> None:
+        """Attempt ``attempt`` (0: the first) of a request first sent at ``t0`` reaches the
+        region's gateway at ``t`` (seconds)."""
         rid = f"r{next(self._ids)}"
-        row = None
-        if self.m.start_s <= t < self.m.end_s:
-            row = RequestRow(t, a.team, a.tier, a.prompt_tokens, a.output_tokens, a.history_tokens)
-            self.m.rows.append(row)
+        if row is not None:
+            row.region = self.region
+        if not self.up:
+            self.clients.failed(a, row, t0, attempt, t, Result.ERROR, None, self.region)
+            return
         if not self.spec.gateway:
-            self.reqs[rid] = _Req(a, None, row, t)
+            self.reqs[rid] = Req(a, None, row, t0, attempt, t, self.main)
             self._dispatch(rid, t)
             return
         decision = self.gw.offer(a, rid, t)
         if isinstance(decision, Refused):
-            if row is not None:
-                row.result = {429: Result.REJECTED_429, 503: Result.SHED_503}.get(
-                    decision.error.status, Result.INVALID_400)
+            error = decision.error
+            self.clients.failed(a, row, t0, attempt, t, _REFUSED.get(error.status, Result.INVALID_400),
+                                retry_after_s(error.headers), self.region)
             return
-        self.reqs[rid] = _Req(a, decision, row, t)
+        self.reqs[rid] = Req(a, decision, row, t0, attempt, t, decision.pool)
         for evicted in decision.outcome.shed:
             self._abandon(evicted.request_id, t)
         if decision.outcome.decision is Decision.ADMIT:
@@ -154,25 +164,43 @@ class Fleet:
         a = req.arrival
         if req.row is not None:
             req.row.queued_s = t - req.t0
-        rep = self.replicas[self.gw.pick(a.conversation_id, a.prompt_tokens + a.reserve_max_tokens)]
+            req.row.version = req.pool
+        v = self.versions[req.pool]
+        if v.output_factor != 1.0:
+            req.output = max(1, min(round(a.output_tokens * v.output_factor), a.reserve_max_tokens))
+        if v.error_share and self.rng.random() < v.error_share:  # the version answers 500
+            self._end(rid, req, t, Result.ERROR)
+            return
+        rep = self.replicas[self.gw.pickers[req.pool].pick(
+            a.conversation_id, a.prompt_tokens + a.reserve_max_tokens)]
         try:
-            rep.add(rid, a.prompt_tokens, a.output_tokens, expand(a.blocks), t)
+            rep.add(rid, a.prompt_tokens, req.output, expand(a.blocks), t)
         except ValueError:  # longer than the model's context: the replica refuses it (400)
-            del self.reqs[rid]
-            if req.row is not None:
-                req.row.result = Result.INVALID_400
-            if req.admitted is not None:
-                self._apply(self.gw.finish(req.admitted, 0, 0, 0, t), t)
+            self._end(rid, req, t, Result.INVALID_400)
             return
         if not rep.busy:
             self._start(rep, t)
 
+    def _end(self, rid: str, req: Req, t: float, result: Result) -> None:
+        """An admitted request refused by its replica or version: settle it with no usage."""
+        del self.reqs[rid]
+        if req.admitted is not None:
+            self._apply(self.gw.finish(req.admitted, 0, 0, 0, t), t)
+        if result is Result.ERROR:
+            self.m.completions.append((t, req.pool, math.nan, 0, False))
+            self.clients.failed(req.arrival, req.row, req.t0, req.attempt, t, result, None,
+                                self.region)
+        elif req.row is not None:
+            req.row.result = result
+
     def _start(self, rep: SimReplica, t: float) -> None:
         result = rep.start_step(t)
         if result is not None:
-            self._push(result.end_s, _STEP, rep)
+            self.loop.push(result.end_s, self, STEP, rep)
 
     def _on_step(self, rep: SimReplica, t: float) -> None:
+        if not self.up:
+            return
         result = rep.finish_step()
         if self.m.start_s <= t < self.m.end_s:
             self.m.output_tokens += result.tokens
@@ -194,57 +222,65 @@ class Fleet:
     def _finish(self, rep: SimReplica, rid: str, t: float) -> None:
         rep.release(rid)
         req = self.reqs.pop(rid)
-        a = req.arrival
+        a, out = req.arrival, req.output
+        self.m.completions.append((t, req.pool, req.first_s - req.ta, out, True))
         if req.row is not None:
             req.row.result = Result.OK
-            if a.output_tokens > 1 and t > req.first_s:
-                req.row.stream_tokens_per_s = (a.output_tokens - 1) / (t - req.first_s)
+            if out > 1 and t > req.first_s:
+                req.row.stream_tokens_per_s = (out - 1) / (t - req.first_s)
         if req.admitted is not None:
-            self._apply(self.gw.finish(req.admitted, a.prompt_tokens, req.cached,
-                                       a.output_tokens, t), t)
+            self._apply(self.gw.finish(req.admitted, a.prompt_tokens, req.cached, out, t), t)
 
     def _abandon(self, rid: str, t: float) -> None:
         req = self.reqs.pop(rid, None)
         if req is None:
             return
-        if req.row is not None:
-            req.row.result = Result.SHED_503
         if req.admitted is not None:
             self._apply(self.gw.abandon(req.admitted, t, shed=True), t)
+        self.clients.failed(req.arrival, req.row, req.t0, req.attempt, t, Result.SHED_503, None,
+                            self.region)
 
-    def _on_tick(self, t: float, end: float) -> None:
+    def _on_tick(self, t: float) -> None:
         spec = self.spec
+        if not self.up:
+            self.loop.push(t + spec.heartbeat_s, self, TICK, None)
+            return
+        main = self.gw.main
         serving = [r for r in self.replicas.values() if r.state is ReplicaState.SERVING]
-        view = [self.gw.reported.get(r.id, 0) + self.gw.sent.get(r.id, 0) for r in serving]
-        self.gw.report({r.id: r.tokens_in_flight for r in serving})
+        live = [r for r in serving if r.pool == self.main]
+        view = [main.reported.get(r.id, 0) + main.sent.get(r.id, 0) for r in live]
+        for key, picker in self.gw.pickers.items():
+            picker.report({r.id: r.tokens_in_flight for r in serving if r.pool == key})
         self._apply(self.gw.expire(t), t)
         second = round(t / spec.heartbeat_s)
         if second % round(10 / spec.heartbeat_s) == 0 and self.progress is not None:
-            self.progress(t, end)
+            self.progress(t, self.end_s)
         if second % round(60 / spec.heartbeat_s) == 0:
             self.gw.sweep(t)
-        stats = [r.engine.stats() for r in self.replicas.values()]
+        pool = [r for r in self.replicas.values() if r.pool == self.main]
+        stats = [r.engine.stats() for r in pool]
         waiting = sum(s.waiting for s in stats)
         if self.m.start_s <= t < self.m.end_s:
-            starting = sum(1 for r in self.replicas.values() if r.state is ReplicaState.STARTING)
-            self.m.samples.append(Sample(t, len(serving), starting,
-                                         [r.tokens_in_flight for r in serving], view,
-                                         sum(self.gw.pool.view().queued.values()), waiting,
+            starting = sum(1 for r in pool if r.state is ReplicaState.STARTING)
+            self.m.samples.append(Sample(t, len(live), starting, [r.tokens_in_flight for r in live],
+                                         view, self.gw.queued(), waiting,
                                          sum(s.running for s in stats)))
         if spec.scaler is not None and second % round(spec.scaler.sync_period_s / spec.heartbeat_s) == 0:
-            tif = sum(r.tokens_in_flight for r in self.replicas.values())
-            self._scale(spec.scaler, tif, waiting, t)
-        self._push(t + spec.heartbeat_s, _TICK, None)
+            self._scale(spec.scaler, sum(r.tokens_in_flight for r in pool), waiting, t)
+        for hook in self.hooks:
+            hook(self, t)
+        self.loop.push(t + spec.heartbeat_s, self, TICK, None)
 
     def _scale(self, setup: ScalerSetup, tokens_in_flight: int, waiting: int, t: float) -> None:
-        active = [r for r in self.replicas.values() if r.state is not ReplicaState.DRAINING]
+        active = [r for r in self.replicas.values()
+                  if r.pool == self.main and r.state is not ReplicaState.DRAINING]
         target, self.scaler_state = scale_step(setup, self.scaler_state, len(active),
                                                tokens_in_flight, waiting, t)
         for _ in range(target - len(active)):
-            rep = self._new_replica(t + setup.cold_start.delay_s(self.warm_left),
+            rep = self._new_replica(self.main, t + setup.cold_start.delay_s(self.warm_left),
                                     ReplicaState.STARTING)
             self.warm_left = max(0, self.warm_left - 1)
-            self._push(rep.ready_s, _READY, rep)
+            self.loop.push(rep.ready_s, self, READY, rep)
             self.m.scale_events.append((t, rep.id, "requested"))
         order = scale_down_order([(r.id, r.state is ReplicaState.STARTING, r.ready_s) for r in active])
         for rep in (self.replicas[rid] for rid in order[: max(0, len(active) - target)]):
@@ -252,19 +288,22 @@ class Fleet:
                 del self.replicas[rep.id]
                 self.m.scale_events.append((t, rep.id, "cancelled"))
             else:
-                rep.state = ReplicaState.DRAINING
-                self.m.scale_events.append((t, rep.id, "draining"))
-                if not rep.held:
-                    del self.replicas[rep.id]
-                    self.m.scale_events.append((t, rep.id, "gone"))
-        self._apply(self.gw.set_members(self._serving_ids(), t), t)
+                self._drain(rep, t)
+        self._apply(self.gw.set_members(self.main, self.serving_ids(self.main), t), t)
+
+    def _drain(self, rep: SimReplica, t: float) -> None:
+        rep.state = ReplicaState.DRAINING
+        self.m.scale_events.append((t, rep.id, "draining"))
+        if not rep.held:
+            del self.replicas[rep.id]
+            self.m.scale_events.append((t, rep.id, "gone"))
 
     def _on_ready(self, rep: SimReplica, t: float) -> None:
         if self.replicas.get(rep.id) is not rep or rep.state is not ReplicaState.STARTING:
             return
         rep.state = ReplicaState.SERVING
         self.m.scale_events.append((t, rep.id, "serving"))
-        self._apply(self.gw.set_members(self._serving_ids(), t), t)
+        self._apply(self.gw.set_members(rep.pool, self.serving_ids(rep.pool), t), t)
 
 
 def simulate(spec: FleetSpec, config: PlatformConfig, arrivals: Iterable[Arrival],

@@ -39,8 +39,56 @@ class Routing(StrEnum):
     AFFINITY = "affinity"
 
 
+class PoolPicker:
+    """The gateway's view of one pool (``model@version``): its serving replicas, the ring, the
+    heartbeat reports and the tokens sent since, and the picking policy."""
+
+    def __init__(self, routing: Routing, bound: float, capacity_tokens_per_replica: int) -> None:
+        self.routing, self.bound = routing, bound
+        self.capacity_tokens_per_replica = capacity_tokens_per_replica
+        # the production picker's floor: a replica holding at most this many tokens in flight is
+        # never skipped for load (gateway_ext.routing.RoutingPolicy.floor_fraction)
+        self.floor_tokens = round(RoutingPolicy().floor_fraction * capacity_tokens_per_replica)
+        self.members: tuple[str, ...] = ()
+        self.ring: Ring | None = None
+        self.reported: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+        self._counter = 0
+
+    def pick(self, conversation_id: str | None, tokens: int) -> str:
+        """The replica for a request of ``tokens`` (prompt + max_tokens), by the routing policy;
+        counts the tokens as sent to it until its next report."""
+        if self.ring is None:
+            raise RuntimeError("no serving replica to pick from")
+        reported, sent = self.reported, self.sent
+        loads = {r: reported.get(r, 0) + sent.get(r, 0) for r in self.members}
+        if self.routing is Routing.AFFINITY:
+            chosen = pick(self.ring, conversation_id, loads, self.bound,
+                          floor_tokens=self.floor_tokens).replica
+        elif self.routing is Routing.LEAST_LOADED:
+            chosen = pick_least_loaded(self.members, loads).replica
+        else:
+            chosen = pick_round_robin(self.members, self._counter).replica
+            self._counter += 1
+        sent[chosen] = sent.get(chosen, 0) + tokens
+        return chosen
+
+    def report(self, loads: dict[str, int]) -> None:
+        """Heartbeats: each replica's tokens in flight now (tokens); forgets what was sent."""
+        self.reported = dict(loads)
+        self.sent = {}
+
+    def set_members(self, replica_ids: Sequence[str]) -> None:
+        """The serving replicas changed: rebuild the ring."""
+        ids = tuple(sorted(replica_ids))
+        if ids != self.members:
+            self.members = ids
+            self.ring = build_ring(ids) if ids else None
+
+
 class SimGateway:
-    """One gateway process of a region in front of one pool (``model@version``)."""
+    """One gateway process of a region in front of a model's pools (``model@version``): the
+    live version's, and any other (a canary) added with :meth:`add_pool`."""
 
     def __init__(self, config: PlatformConfig, model: str, version: str, routing: Routing,
                  capacity_tokens_per_replica: int, admission: AdmissionConfig | None = None,
@@ -48,23 +96,26 @@ class SimGateway:
                  choose_version: Callable[[ChatRequest], str] | None = None) -> None:
         self.model, self.version = model, version
         self.pool_key = f"{model}@{version}"
-        self.routing = routing
-        self.bound = bound
+        self.routing, self.bound = routing, bound
         self.capacity_tokens_per_replica = capacity_tokens_per_replica
-        # the production picker's floor: a replica holding at most this many tokens in flight is
-        # never skipped for load (gateway_ext.routing.RoutingPolicy.floor_fraction)
-        self.floor_tokens = round(RoutingPolicy().floor_fraction * capacity_tokens_per_replica)
+        self.admission = admission or AdmissionConfig()
         self.store = MemoryBucketStore()
-        self.pool = PoolAdmission(0, admission or AdmissionConfig())
-        self.core = GatewayCore(config, self.store, {self.pool_key: self.pool},
+        self.pools: dict[str, PoolAdmission] = {}
+        self.pickers: dict[str, PoolPicker] = {}
+        self.core = GatewayCore(config, self.store, self.pools,
                                 RetryBudget(random.Random(seed)), UsageMeter(region),
                                 choose_version=choose_version or (lambda _req: version))
         self._teams = {t.name: Authenticated(t) for t in config.teams}
-        self.members: tuple[str, ...] = ()
-        self.ring: Ring | None = None
-        self.reported: dict[str, int] = {}
-        self.sent: dict[str, int] = {}
-        self._counter = 0
+        self.add_pool(version, capacity_tokens_per_replica)
+        self.pool = self.pools[self.pool_key]
+        self.main = self.pickers[self.pool_key]
+
+    def add_pool(self, version: str, capacity_tokens_per_replica: int) -> str:
+        """Serve ``model@version`` too (no replicas yet); returns its pool key."""
+        key = f"{self.model}@{version}"
+        self.pools[key] = PoolAdmission(0, self.admission)
+        self.pickers[key] = PoolPicker(self.routing, self.bound, capacity_tokens_per_replica)
+        return key
 
     def offer(self, a: Arrival, request_id: str, now: float) -> Admitted | Refused:
         """Decide on arrival ``a`` at ``now`` (seconds), as ``GatewayCore.decide`` does after it
@@ -80,39 +131,16 @@ class SimGateway:
         req = ChatRequest(a.model, None, (), a.reserve_max_tokens, True, 1, True, a.tier,
                           a.conversation_id, a.prompt_tokens)
         # GatewayCore.decide parses bytes; the simulator has the parsed request already.
-        return self.core._charge(auth, req, print_, now, request_id)
+        return self.core.charge(auth, req, print_, now, request_id)
 
-    def pick(self, conversation_id: str | None, tokens: int) -> str:
-        """The replica for a request of ``tokens`` (prompt + max_tokens), by the routing policy;
-        counts the tokens as sent to it until its next report."""
-        if self.ring is None:
-            raise RuntimeError("no serving replica to pick from")
-        loads = {r: self.reported.get(r, 0) + self.sent.get(r, 0) for r in self.members}
-        if self.routing is Routing.AFFINITY:
-            chosen = pick(self.ring, conversation_id, loads, self.bound,
-                          floor_tokens=self.floor_tokens).replica
-        elif self.routing is Routing.LEAST_LOADED:
-            chosen = pick_least_loaded(self.members, loads).replica
-        else:
-            chosen = pick_round_robin(self.members, self._counter).replica
-            self._counter += 1
-        self.sent[chosen] = self.sent.get(chosen, 0) + tokens
-        return chosen
-
-    def report(self, loads: dict[str, int]) -> None:
-        """Heartbeats: each replica's tokens in flight now (tokens); forgets what was sent."""
-        self.reported = dict(loads)
-        self.sent = {}
-
-    def set_members(self, replica_ids: Sequence[str], now: float) -> list[Outcome]:
-        """The serving replicas changed: rebuild the ring and the pool's capacity (load-tested
-        tokens in flight per replica x replicas); returns the queued requests admitted."""
-        ids = tuple(sorted(replica_ids))
-        if ids != self.members:
-            self.members = ids
-            self.ring = build_ring(ids) if ids else None
-        return self.pool.set_capacity(
-            pool_capacity_tokens(self.capacity_tokens_per_replica, len(ids)), now)
+    def set_members(self, pool_key: str, replica_ids: Sequence[str], now: float) -> list[Outcome]:
+        """The serving replicas of ``pool_key`` changed: rebuild its ring and its admission
+        capacity (load-tested tokens in flight per replica x replicas); returns the queued
+        requests admitted."""
+        picker = self.pickers[pool_key]
+        picker.set_members(replica_ids)
+        return self.pools[pool_key].set_capacity(
+            pool_capacity_tokens(picker.capacity_tokens_per_replica, len(picker.members)), now)
 
     def finish(self, admitted: Admitted, prompt_tokens: int, cached_tokens: int,
                output_tokens: int, now: float) -> list[Outcome]:
@@ -125,7 +153,14 @@ class SimGateway:
 
     def expire(self, now: float) -> list[Outcome]:
         """Queue timeouts (503s) at ``now`` (seconds) and the admissions they make room for."""
-        return self.pool.expire(now)
+        out: list[Outcome] = []
+        for pool in self.pools.values():
+            out.extend(pool.expire(now))
+        return out
+
+    def queued(self) -> int:
+        """Requests waiting in the admission queues of every pool."""
+        return sum(sum(p.view().queued.values()) for p in self.pools.values())
 
     def sweep(self, now: float) -> None:
         """Forget bucket reservations expired at ``now`` (seconds); the service does it periodically."""

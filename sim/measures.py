@@ -22,6 +22,7 @@ class Result(StrEnum):
     REJECTED_429 = "429"
     SHED_503 = "503"
     INVALID_400 = "400"
+    ERROR = "error"  # a 5xx from the version, a connection error, or a stream broken midway
     UNFINISHED = "unfinished"  # still running or queued when the run ended
 
 
@@ -40,6 +41,12 @@ class RequestRow:
     stream_tokens_per_s: float = math.inf
     cached_tokens: int = 0
     queued_s: float = 0.0
+    """Seconds from the first attempt's arrival to the dispatch of the one that ran."""
+    retries: int = 0
+    version: str = ""
+    """The version that served the last attempt (``model@version``), if one did."""
+    region: str = ""
+    """The region the last attempt went to."""
 
 
 @dataclass(slots=True)
@@ -73,6 +80,9 @@ class Measured:
     """Prompt tokens computed (not served by the prefix cache) by steps ending in the window."""
     scale_events: list[tuple[float, str, str]] = field(default_factory=list)
     """``(time, replica id, event)`` events: requested, serving, draining, gone."""
+    completions: list[tuple[float, str, float, int, bool]] = field(default_factory=list)
+    """Every attempt a version answered, over the whole run: ``(time, pool key, seconds from
+    the attempt's arrival to its first token (NaN on error), output tokens, ok)``."""
 
     @property
     def duration_s(self) -> float:

@@ -3,15 +3,21 @@ the simulator and the drills' tables work without it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from envoy_control.guard import VersionMetrics
+
 from sim.drill_autoscale import AutoscaleReport
+from sim.drill_canary import CanaryReport
 from sim.drill_capacity import CapacityReport
+from sim.drill_failover import FailoverReport
 from sim.drill_isolation import IsolationReport
 from sim.drill_routing import RoutingReport
 
-Report = RoutingReport | CapacityReport | IsolationReport | AutoscaleReport
+Report = (RoutingReport | CapacityReport | IsolationReport | AutoscaleReport | CanaryReport
+          | FailoverReport)
 
 
 def _pyplot() -> Any:
@@ -60,6 +66,10 @@ def plot(report: Report, path: str | Path) -> None:
             if report.capacity is not None:
                 ax.axvline(report.capacity.output_tokens_per_s, color="green", linewidth=1)
         fig.suptitle(f"Capacity gate, {report.pool}")
+    elif isinstance(report, CanaryReport):
+        fig = _canary(plt, report)
+    elif isinstance(report, FailoverReport):
+        fig = _failover(plt, report)
     elif isinstance(report, IsolationReport):
         fig, ax = plt.subplots(figsize=(8, 4))
         names = [t.team for t in report.teams]
@@ -89,3 +99,51 @@ def plot(report: Report, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _canary(plt: Any, report: CanaryReport) -> Any:
+    """p95 TTFT, error rate and mean output of both versions at each check, the stage percent."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ts = [c.t_s for c in report.checks]
+    def error_pct(m: VersionMetrics) -> float | None:
+        return None if m.error_rate is None else 100 * m.error_rate
+
+    panels: list[tuple[str, Callable[[VersionMetrics], float | None]]] = [
+        ("p95 TTFT (s)", lambda m: m.ttft_p95_s), ("error rate (%)", error_pct),
+        ("mean output tokens", lambda m: m.output_tokens_mean)]
+    for ax, (title, get) in zip(axes, panels, strict=True):
+        ax.plot(ts, [get(c.live) for c in report.checks], marker="o", label="live")
+        ax.plot(ts, [get(c.canary) for c in report.checks], marker="o", label="canary")
+        twin = ax.twinx()
+        twin.step(ts, [c.percent for c in report.checks], color="grey", where="post")
+        twin.set_ylabel("canary %")
+        if report.decided_s is not None:
+            ax.axvline(report.decided_s, color="red" if report.outcome == "rolled_back" else "green")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("s")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Canary {report.canary} ({report.fault}): {report.outcome}")
+    return fig
+
+
+def _failover(plt: Any, report: FailoverReport) -> Any:
+    """Per minute from the loss: errors, interactive TTFT, survivor hit rate and replicas."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4))
+    mins = [m.minute for m in report.minutes]
+    left.bar(mins, [m.errors for m in report.minutes], color="#cc6633", label="failed attempts")
+    left.bar(mins, [m.batch_delayed for m in report.minutes], color="#999999", alpha=0.7,
+             label="batch delayed")
+    twin = left.twinx()
+    twin.plot(mins, [m.interactive_p95_s for m in report.minutes], color="red", marker="o",
+              label="interactive p95 TTFT (s)")
+    twin.set_ylabel("interactive p95 TTFT (s)")
+    left.legend(loc="upper right", fontsize=8)
+    left.set_xlabel("minute from the loss")
+    right.plot(mins, [100 * m.survivor_hit_rate for m in report.minutes], marker="o",
+               label="survivor prefix hit %")
+    right.plot(mins, [10 * m.survivor_serving for m in report.minutes], label="serving x 10")
+    right.legend(fontsize=8)
+    right.set_xlabel("minute from the loss")
+    fig.suptitle(f"Failover: {report.lost} lost, errors stop after "
+                 f"{report.errors_stop_after_s or 0:.0f} s")
+    return fig

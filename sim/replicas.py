@@ -30,11 +30,14 @@ class ReplicaState(StrEnum):
 class SimReplica:
     """One replica: its engine, its clock, the step in progress and its tokens in flight."""
 
-    __slots__ = ("clock", "engine", "held", "id", "ready_s", "state", "step", "tokens_in_flight")
+    __slots__ = ("clock", "engine", "held", "id", "pool", "ready_s", "state", "step",
+                 "tokens_in_flight")
 
     def __init__(self, replica_id: str, params: EngineParams, ready_s: float = 0.0,
-                 state: ReplicaState = ReplicaState.SERVING) -> None:
+                 state: ReplicaState = ReplicaState.SERVING, pool: str = "") -> None:
         self.id = replica_id
+        self.pool = pool
+        """The pool (``model@version``) it belongs to."""
         self.clock = ManualClock(ready_s)
         self.engine = Engine(params, self.clock)
         self.state = state

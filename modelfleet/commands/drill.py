@@ -1,5 +1,6 @@
 """``modelfleet drill NAME``: the seed's experiments in the simulator (``sim/``), with the
-platform's own policy code: routing A/B, capacity gate, isolation, autoscaling."""
+platform's own policy code: routing A/B, capacity gate, isolation, autoscaling, canary rollout,
+region failover."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from modelfleet.config import ConfigError, load_config
 from sim.drill_common import RunOptions, StderrProgress
 from sim.fleet import Progress
 
-DRILLS = ("routing", "capacity", "isolation", "autoscale")
+DRILLS = ("routing", "capacity", "isolation", "autoscale", "canary", "failover")
 
 
 def register(sub: Any) -> None:
     """Add the ``drill`` sub-command to ``sub``."""
     p: argparse.ArgumentParser = sub.add_parser(
         "drill",
-        help="run one of the seed's drills in the simulator (routing, capacity, isolation, autoscale)",
-        description="Simulate one region with the gateway's policy, the replica engine and the "
-                    "desired-replica rule, and print the seed's measures. See docs/drills.md.",
+        help="run one of the seed's drills in the simulator (routing, capacity, isolation, autoscale, "
+             "canary, failover)",
+        description="Simulate one region (two for failover) with the gateway's policy, the replica "
+                    "engine, the desired-replica rule and the rollout guard, and print the seed's "
+                    "measures. See docs/drills.md.",
     )
     p.add_argument("name", choices=DRILLS, help="which drill")
     p.add_argument("--trace", default=None,
@@ -34,12 +37,23 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same figures")
     p.add_argument("--duration", type=float, default=None, help="seconds measured (default: the drill's)")
     p.add_argument("--warmup", type=float, default=None, help="seconds simulated before measuring")
-    p.add_argument("--replicas", type=int, default=12, help="replicas (routing, isolation)")
+    p.add_argument("--replicas", type=int, default=12,
+                   help="replicas (routing, isolation, canary: the live pool's, failover: per region)")
     p.add_argument("--bound", type=float, default=1.25,
                    help="routing: skip a replica above this multiple of the average tokens in flight")
     p.add_argument("--scenario", choices=("ramp", "doubling", "both"), default="both",
                    help="autoscale: which scenario")
     p.add_argument("--warm-nodes", type=int, default=0, help="autoscale: idle GPU nodes with the weights on disk")
+    p.add_argument("--fault", choices=("slow", "long", "errors", "none"), default="slow",
+                   help="canary: what is wrong with the canary version (none: a healthy one)")
+    p.add_argument("--hold", type=float, default=600.0, help="canary: seconds each stage is held")
+    p.add_argument("--window", type=float, default=600.0,
+                   help="canary: seconds of metrics each guard verdict reads")
+    p.add_argument("--stages", default="1,10,50", help="canary: stage percents, comma-separated")
+    p.add_argument("--min-requests", type=int, default=200,
+                   help="canary: finished requests each side needs before the guard judges")
+    p.add_argument("--lose-after", type=float, default=60.0,
+                   help="failover: seconds into the measured window at which the first region is lost")
     p.add_argument("--capacity-tokens", type=int, default=None,
                    help="tokens in flight per replica for admission and the autoscaler "
                         "(default: the version's load-tested figure; e.g. what `drill capacity` found)")
@@ -63,7 +77,14 @@ def _clean(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run the drill and print its report."""
-    from sim import drill_autoscale, drill_capacity, drill_isolation, drill_routing
+    from sim import (
+        drill_autoscale,
+        drill_canary,
+        drill_capacity,
+        drill_failover,
+        drill_isolation,
+        drill_routing,
+    )
     from sim.scaling import ColdStart
 
     try:
@@ -88,6 +109,17 @@ def run(args: argparse.Namespace) -> int:
         elif args.name == "capacity":
             report = drill_capacity.run_capacity(config, opts, progress=progress)
             render = drill_capacity.render
+        elif args.name == "canary":
+            settings = drill_canary.CanarySettings(
+                args.fault, tuple(float(x) for x in args.stages.split(",")), args.hold, args.window,
+                min_requests=args.min_requests)
+            report = drill_canary.run_canary(config, opts, settings, args.replicas, progress=progress)
+            render = drill_canary.render
+        elif args.name == "failover":
+            report = drill_failover.run_failover(config, opts, args.replicas, args.lose_after,
+                                                 cold_start=ColdStart(warm_nodes=args.warm_nodes),
+                                                 progress=progress)
+            render = drill_failover.render
         elif args.name == "isolation":
             report = drill_isolation.run_isolation(config, opts, args.replicas, progress=progress)
             render = drill_isolation.render
