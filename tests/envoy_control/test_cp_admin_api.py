@@ -9,7 +9,6 @@ prefix and drops its tables.
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy
 from envoy_control.cache import SnapshotCache
 from envoy_control.desired import ListenerSpec
 from envoy_control.http_api import create_app
@@ -27,28 +25,16 @@ from envoy_control.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 from modelfleet.config import ConfigError, load_config
+from modelfleet.testing import require_postgres
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TOKEN = "admin-token-for-tests-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def postgres_or_skip() -> str:
-    """The test Postgres URL; fails under CI=true and skips otherwise when unreachable."""
-    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("select 1"))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
-        message = f"Postgres at {POSTGRES_URL} is not reachable: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    """The test Postgres URL (fails under CI=true, skips otherwise, when unreachable)."""
+    return require_postgres()
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy
 import yaml
 from envoy_control.cache import SnapshotCache
 from envoy_control.desired import ListenerSpec
@@ -43,6 +42,7 @@ from envoy_control.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 from autoscale.promconfig import ReplicaTarget, prometheus_config
+from modelfleet.testing import require_postgres
 from replica.chat import ReplicaConfig
 from replica.params import CHAT_7B
 from replica.server import create_app as replica_app
@@ -59,8 +59,6 @@ REPLICAS = {("chat-7b", "v13"): CHAT_7B, ("chat-7b", "v14"): SLOW,
 PROMPTS = [f"Question {i}: how do canaries protect a fleet?" for i in range(8)]
 
 
-POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 def missing(message: str) -> None:
@@ -70,15 +68,7 @@ def missing(message: str) -> None:
 
 
 def postgres_or_skip() -> str:
-    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("select 1"))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
-        missing(f"Postgres at {POSTGRES_URL} is not reachable: {exc}")
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    return require_postgres()
 
 
 def prometheus_binary() -> str:

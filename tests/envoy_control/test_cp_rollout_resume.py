@@ -9,7 +9,6 @@ and drops its tables.
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -26,9 +25,9 @@ from envoy_control.rollout import Phase, RolloutPolicy, default_stages
 from envoy_control.rollout_driver import RolloutDriver
 from envoy_control.rollout_resume import Unresumable, resume
 
+from modelfleet.testing import require_postgres
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ROLLOUT_YAML = """\
 rollout:
   min_requests: 100
@@ -46,19 +45,8 @@ SLOW = VersionMetrics(requests=500, error_rate=0.0, ttft_p95_s=0.9, output_token
 
 
 def postgres_or_skip() -> str:
-    """The test Postgres URL; fails under CI=true and skips otherwise when unreachable."""
-    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("select 1"))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
-        message = f"Postgres at {POSTGRES_URL} is not reachable: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    """The test Postgres URL (fails under CI=true, skips otherwise, when unreachable)."""
+    return require_postgres()
 
 
 @pytest.fixture

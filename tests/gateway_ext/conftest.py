@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 import redis
-import sqlalchemy
 
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.testing import require_postgres
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MODELFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 def _missing(what: str, exc: Exception) -> None:
@@ -79,15 +77,7 @@ def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """The URL of a reachable Postgres (fails under CI=true, skips otherwise, when unreachable)."""
-    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("select 1"))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
-        _missing(f"Postgres at {POSTGRES_URL}", exc)
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    return require_postgres()
 
 
 @pytest.fixture

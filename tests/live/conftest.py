@@ -3,14 +3,13 @@ the machine's Postgres."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 
 import pytest
-import sqlalchemy
 
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack, write_config
+from modelfleet.testing import require_postgres
 
 
 @pytest.fixture(scope="module")
@@ -27,22 +26,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
         assert_all_stopped(running)
 
 
-POSTGRES_URL = os.environ.get("MODELFLEET_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """A reachable Postgres (fails under CI=true, skips otherwise, when unreachable)."""
-    engine = sqlalchemy.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("select 1"))
-    except sqlalchemy.exc.SQLAlchemyError as exc:
-        message = f"Postgres at {POSTGRES_URL} is not reachable: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    return require_postgres()
