@@ -39,6 +39,7 @@ from gateway_ext.bucket_store import (
     SettleVerdict,
 )
 from gateway_ext.buckets import BucketState, Reservation, Verdict, check_limit, to_ms
+from gateway_ext.redis_pipelining import ScriptPipeline
 
 DEFAULT_PREFIX = "mf"
 GC_GRACE_MS = 600_000
@@ -223,18 +224,21 @@ class RedisBucketStore(_RedisStoreBase):
 
 
 class AsyncRedisBucketStore(_RedisStoreBase):
-    """The same store on an asyncio Redis client, for the FastAPI service (same script, same keys)."""
+    """The same store on an asyncio Redis client, for the FastAPI service (same script, same keys);
+    the calls in flight at once share round trips (:mod:`gateway_ext.redis_pipelining`)."""
 
     def __init__(self, client: redis.asyncio.Redis, prefix: str = DEFAULT_PREFIX,
                  gc_grace_ms: int = GC_GRACE_MS) -> None:
         super().__init__(client, prefix, gc_grace_ms)
         self.client = client
+        self.pipeline = ScriptPipeline(client)
+        """Script calls of one event-loop turn go out as one pipeline (one round trip)."""
 
     async def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int,
                       reservation_id: str, now: float, ttl_s: float) -> Reservation:
         """As :meth:`RedisBucketStore.reserve`, awaited."""
         args = self._reserve_args(tokens_per_minute, cost, reservation_id, now, ttl_s, -1)
-        reply = await self._reserve(keys=self._keys(key, reservation_id), args=args)
+        reply = await self.pipeline.call(self._reserve, self._keys(key, reservation_id), args)
         return _reservation(reply, tokens_per_minute)
 
     async def reserve_counted(self, key: BucketKey, tokens_per_minute: int, cost: int,
@@ -245,14 +249,15 @@ class AsyncRedisBucketStore(_RedisStoreBase):
         ``reservation_id`` or when the reservation expires."""
         args = self._reserve_args(tokens_per_minute, cost, reservation_id, now, ttl_s,
                                   max(0, max_concurrency))
-        reply = await self._reserve(keys=self._keys(key, reservation_id), args=args)
+        reply = await self.pipeline.call(self._reserve, self._keys(key, reservation_id), args)
         return _counted(reply, tokens_per_minute)
 
     async def settle(self, key: BucketKey, tokens_per_minute: int, reservation_id: str,
                      used: int, now: float) -> Settlement:
         """As :meth:`RedisBucketStore.settle`, awaited."""
         args = self._settle_args(tokens_per_minute, reservation_id, used, now)
-        return _settlement(await self._settle(keys=self._keys(key, reservation_id), args=args))
+        return _settlement(await self.pipeline.call(self._settle, self._keys(key, reservation_id),
+                                                    args))
 
     async def bucket_state(self, key: BucketKey) -> BucketState | None:
         """As :meth:`RedisBucketStore.bucket_state`, awaited."""
