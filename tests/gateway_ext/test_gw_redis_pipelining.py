@@ -8,6 +8,8 @@ import asyncio
 import pytest
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway_ext.bucket_store import BucketKey
 from gateway_ext.buckets import Verdict
@@ -67,7 +69,8 @@ async def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str,
 
 
 async def test_a_lost_connection_fails_every_call_of_the_batch() -> None:
-    client = redis.asyncio.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    client = redis.asyncio.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5,
+                                 retry=Retry(NoBackoff(), 0))
     try:
         pipe = ScriptPipeline(client)
         script = client.register_script(INCR)
