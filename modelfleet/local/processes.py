@@ -98,6 +98,34 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, child: Ch
     raise TimeoutError(f"{what}: not ready after {timeout_s:.0f} s" + (f"\n{tail(child.log)}" if child else ""))
 
 
+BIND_ATTEMPTS = 3
+"""Starts of one child on fresh ports when the ports picked were taken before it bound them."""
+
+
+def lost_port_race(exc: Exception) -> bool:
+    """Whether a child's start failed because a port picked as free was taken before it bound it
+    (another process, or an outgoing connection's ephemeral port, got there first)."""
+    text = str(exc).lower()
+    return "address already in use" in text or "failed to bind" in text
+
+
+def start_on_free_ports(launch: Callable[[], Child], ready: Callable[[Child], None],
+                        forget: Callable[[Child], None], attempts: int = BIND_ATTEMPTS) -> Child:
+    """``launch()`` a child on freshly picked ports and wait for ``ready(child)``; when it lost
+    the port race (:func:`lost_port_race`), ``forget`` it and launch again, ``attempts`` times
+    in all. Other failures are raised at once."""
+    for attempt in range(1, attempts + 1):
+        child = launch()
+        try:
+            ready(child)
+            return child
+        except RuntimeError as exc:
+            if not lost_port_race(exc) or attempt == attempts:
+                raise
+            forget(child)
+    raise AssertionError("unreachable")
+
+
 def http_ok(url: str) -> Callable[[], bool]:
     """A readiness probe: GET ``url`` answers 200."""
     def probe() -> bool:

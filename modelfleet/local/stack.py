@@ -37,7 +37,7 @@ from modelfleet.local.replicas import gateway_argv, replica_argv
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
-BIND_ATTEMPTS = 3
+BIND_ATTEMPTS = proc.BIND_ATTEMPTS
 """Tries per replica when the port picked for it was taken before it could bind."""
 
 
@@ -108,6 +108,15 @@ class LocalStack:
         return self.facts
 
     def _start_control_plane(self, opts: StackOptions, say: Any) -> proc.Child:
+        return proc.start_on_free_ports(lambda: self._launch_control_plane(opts, say),
+                                        self._ready("control plane"), self.children.remove)
+
+    def _ready(self, what: str) -> Any:
+        """A wait for a child's ``/health`` on its port (raises with its log tail)."""
+        return lambda child: proc.wait_until(proc.http_ok(f"http://{HOST}:{child.port}/health"),
+                                             READY_TIMEOUT_S, what, child)
+
+    def _launch_control_plane(self, opts: StackOptions, say: Any) -> proc.Child:
         xds_port, http_port = proc.free_port(), proc.free_port()
         # Beside --state-file the control plane also keeps its registry (registry.db): both
         # describe an earlier stack's replicas and changes, so each `up` starts without them, as
@@ -133,7 +142,6 @@ class LocalStack:
         cp.extra["xds_port"] = xds_port
         self.admin_token = token_file.read_text().strip()
         self.children.append(cp)
-        proc.wait_until(proc.http_ok(f"http://{HOST}:{http_port}/health"), READY_TIMEOUT_S, "control plane", cp)
         return cp
 
     def restart_control_plane(self) -> proc.Child:
@@ -151,6 +159,10 @@ class LocalStack:
         return cp
 
     def _start_gateway(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
+        return proc.start_on_free_ports(lambda: self._launch_gateway(cfg, opts, say),
+                                        self._ready("gateway"), self.children.remove)
+
+    def _launch_gateway(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
         port = proc.free_port()
         state = opts.state_dir.resolve()
         usage_db = self._usage_db_url()
@@ -162,10 +174,13 @@ class LocalStack:
         say(f"gateway: ext_authz and settle on {HOST}:{port}, usage in {redact_password(usage_db)}")
         gateway = proc.spawn("gateway", "gateway", argv, port, self.log_dir)
         self.children.append(gateway)
-        proc.wait_until(proc.http_ok(f"http://{HOST}:{port}/health"), READY_TIMEOUT_S, "gateway", gateway)
         return gateway
 
     def _start_batch(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
+        return proc.start_on_free_ports(lambda: self._launch_batch(cfg, opts, say),
+                                        self._ready("batch"), self.children.remove)
+
+    def _launch_batch(self, cfg: PlatformConfig, opts: StackOptions, say: Any) -> proc.Child:
         """The batch service (API and worker in one process) on the usage database (SQLite in
         WAL mode with a busy timeout when it is a file), sending lines through Envoy with the dev
         keys; ``file://`` URIs under ``state_dir/batches/<team>/``, uploads in ``state_dir/uploads``."""
@@ -184,7 +199,6 @@ class LocalStack:
         say(f"batch: /v1/batches and /v1/files on {HOST}:{port}, files under {state / 'batches'}/<team>")
         batch = proc.spawn("batch", "batch", argv, port, self.log_dir)
         self.children.append(batch)
-        proc.wait_until(proc.http_ok(f"http://{HOST}:{port}/health"), READY_TIMEOUT_S, "batch", batch)
         return batch
 
     def _usage_db_url(self) -> str:
@@ -208,7 +222,7 @@ class LocalStack:
                     break
                 except RuntimeError as exc:
                     # a free port can be taken between picking it and binding it: pick another
-                    if "address already in use" not in str(exc) or attempt == BIND_ATTEMPTS:
+                    if not proc.lost_port_race(exc) or attempt == BIND_ATTEMPTS:
                         raise
                     self.children.remove(child)
                     child = launch(plan)
