@@ -30,32 +30,39 @@ log = logging.getLogger(__name__)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUERIES = "vllm:prefix_cache_queries"
 HITS = "vllm:prefix_cache_hits"
+WAITING = "vllm:num_requests_waiting"
 
 
 @dataclass(frozen=True)
 class EngineFigures:
-    """From the engine's metrics: KV-cache usage (0..1) and cumulative prefix-cache tokens."""
+    """From the engine's metrics: KV-cache usage (0..1), cumulative prefix-cache tokens and the
+    requests waiting in the engine's queue (None when the engine does not export it)."""
 
     kv_cache_usage: float = 0.0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    requests_waiting: int | None = None
 
 
 def parse_engine_metrics(text: str) -> EngineFigures:
     """The :class:`EngineFigures` in a Prometheus text exposition (missing ones read 0)."""
     usage: list[float] = []
     queries = hits = 0.0
+    waiting: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if family.name in KV_USAGE and sample.name == family.name:
                 usage.append(sample.value)
+            elif family.name == WAITING and sample.name == family.name:
+                waiting = (waiting or 0.0) + sample.value
             elif family.name == QUERIES and sample.name.endswith("_total"):
                 queries += sample.value
             elif family.name == HITS and sample.name.endswith("_total"):
                 hits += sample.value
     kv = min(1.0, max(0.0, sum(usage) / len(usage))) if usage else 0.0
     queries_i = int(queries)
-    return EngineFigures(kv, queries_i, min(int(hits), queries_i))
+    return EngineFigures(kv, queries_i, min(int(hits), queries_i),
+                         None if waiting is None else max(0, int(waiting)))
 
 
 def beat_body(settings: MiddlewareSettings, state: str, load: Load, engine: EngineFigures,
@@ -65,7 +72,12 @@ def beat_body(settings: MiddlewareSettings, state: str, load: Load, engine: Engi
         "replica_id": settings.replica_id, "model": settings.model, "version": settings.version,
         "host": settings.host, "port": settings.port, "region": settings.region or "unknown",
         "state": state, "tokens_in_flight": load.tokens_in_flight,
-        "queue_depth": load.queue_depth, "running": load.running,
+        # the engine's own queue when it says (vllm:num_requests_waiting, what KEDA's queue
+        # trigger reads): the middleware cannot see a non-streamed request's first token, so
+        # its count holds those as waiting until they end
+        "queue_depth": load.queue_depth if engine.requests_waiting is None
+        else engine.requests_waiting,
+        "running": load.running,
         "kv_cache_usage": engine.kv_cache_usage,
         "prefix_cache_queries": engine.prefix_cache_queries,
         "prefix_cache_hits": engine.prefix_cache_hits, "sent_at": sent_at,

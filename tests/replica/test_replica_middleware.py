@@ -265,13 +265,34 @@ async def test_the_heartbeat_reports_what_is_held_and_the_state() -> None:
     await beater.beat_once()
     mw.drain()
     await beater.beat_once()
-    first, second = beats
+    first, second = beats[:2]
     assert (first["tokens_in_flight"], first["queue_depth"], first["running"]) == (
         100 + 50 + 200 + 180, 1, 1)
+    # an engine that exports vllm:num_requests_waiting is the queue's own witness (a
+    # non-streamed request shows no first token to the middleware until it ends)
+
+    async def engine_queue() -> EngineFigures:
+        return EngineFigures(0.25, 1000, 600, requests_waiting=0)
+
+    await Heartbeater(SETTINGS, post, mw.state, mw.inflight.load, engine_queue,
+                      wall=lambda: 6.0).beat_once()
+    assert beats[2]["queue_depth"] == 0 and beats[2]["running"] == 1
     assert (first["kv_cache_usage"], first["prefix_cache_queries"], first["prefix_cache_hits"]) \
         == (0.25, 1000, 600)
     assert (first["state"], second["state"]) == ("serving", "draining")
     HeartbeatIn(**first)  # the control plane's contract accepts it
+
+
+def test_engine_figures_read_the_engines_queue() -> None:
+    from replica.heartbeat import parse_engine_metrics
+
+    text = ('# TYPE vllm:num_requests_waiting gauge\n'
+            'vllm:num_requests_waiting{model_name="chat-7b"} 3.0\n'
+            '# TYPE vllm:kv_cache_usage_perc gauge\n'
+            'vllm:kv_cache_usage_perc{model_name="chat-7b"} 0.5\n')
+    assert parse_engine_metrics(text).requests_waiting == 3
+    assert parse_engine_metrics(text).kv_cache_usage == 0.5
+    assert parse_engine_metrics("").requests_waiting is None
 
 
 def test_settings_come_from_the_environment() -> None:
