@@ -49,14 +49,10 @@ __all__ = [
 _Due = dict[int, list[tuple[int, "_Seq"]]]
 
 
-def _admission(entry: tuple[int, _Seq]) -> int:
-    return entry[0]
-
-
 class _Seq:
     __slots__ = (
-        "adm", "arrival_s", "blocks", "cached_tokens", "generated", "last_token_s", "offset",
-        "queued_since", "registered", "req", "running",
+        "adm", "arrival_s", "blocks", "cached_tokens", "generated", "last_token_s", "length0",
+        "offset", "queued_since", "registered", "req", "running", "stop",
     )
 
     def __init__(self, req: EngineRequest, arrival_s: float) -> None:
@@ -68,6 +64,9 @@ class _Seq:
         self.blocks: list[int] = []
         self.generated = 0  # while waiting; while running it is offset + the engine's step count
         self.offset = 0
+        # while running: its length after the engine's step n is length0 + n, and every step
+        # before ``stop`` is at or before its finishing step (both set at admission)
+        self.length0 = self.stop = 0
         self.registered = 0  # leading blocks in the prefix cache at admission
         self.cached_tokens: int | None = None  # at first admission
         self.last_token_s = arrival_s  # when waiting after a preemption: its last token's time
@@ -189,11 +188,18 @@ class Engine:
     def _reserve_decode_slots(self, now: float) -> tuple[str, ...]:
         # Only a sequence whose length just filled its last block needs a new one (admission
         # allocates for the context plus the first token; each later block is one boundary).
-        need, self._need_slot = self._need_slot, []
+        need = self._need_slot
         if not need:
             return ()
-        preempted: list[str] = []
+        self._need_slot = []
         pool = self.pool
+        if len(need) <= pool.num_free:  # a block for each: nobody is preempted
+            allocate_one = pool.allocate_one
+            for adm, seq in need:
+                if seq.adm == adm and seq.running:
+                    seq.blocks.append(allocate_one())
+            return ()
+        preempted: list[str] = []
         for adm, seq in need:
             if seq.adm != adm or not seq.running:
                 continue
@@ -217,6 +223,8 @@ class Engine:
         self._preemptions += 1
 
     def _admit(self, now: float) -> tuple[Admission, ...]:
+        if not self._waiting:
+            return ()
         p, bs, n = self.params, self.params.block_size, self._steps
         budget = p.max_num_batched_tokens - len(self._running)
         used = 0
@@ -239,6 +247,8 @@ class Engine:
             self._waiting.popleft()
             self._admissions += 1
             seq.adm, seq.offset, seq.running = self._admissions, seq.generated - n, True
+            seq.length0 = seq.req.prompt_tokens + seq.offset + 1
+            seq.stop = seq.req.output_tokens - seq.offset
             self._running[seq] = None
             self._new.append(seq)
             self._context += length
@@ -271,29 +281,38 @@ class Engine:
         return tuple(out)
 
     def _register_boundaries(self) -> None:
-        """After a step's tokens: full blocks join the prefix cache, in batch order."""
-        bs, n = self.params.block_size, self._steps - 1
+        """After a step's tokens: full blocks join the prefix cache, in batch order.
+
+        A step's list of due boundaries is in admission order already: entries are appended in
+        step order, and within a step the rescheduled ones (in order) before the newly admitted.
+        """
+        n = self._steps - 1
         due = self._boundary_at.pop(n, None)
-        live = [e for e in due if e[1].adm == e[0] and e[1].running] if due else []
-        if len(live) > 1:
-            live.sort(key=_admission)
-        pool = self.pool
-        register, boundary_at = pool.register, self._boundary_at
-        step = n + bs
-        for adm, seq in live:
-            req = seq.req
-            hashes = req.block_hashes
-            i = (req.prompt_tokens + seq.offset + n + 1) // bs - 1
-            if i < len(hashes):
-                register(seq.blocks[i], hashes[i])
-            if step < req.output_tokens - seq.offset:  # at or before its finishing step
-                entries = boundary_at.get(step)
-                if entries is None:
-                    boundary_at[step] = [(adm, seq)]
-                else:
-                    entries.append((adm, seq))
-        for seq in self._new:
-            length = seq.req.prompt_tokens + seq.offset + n + 1
+        new = self._new
+        if due is None and not new:
+            return
+        bs, pool = self.params.block_size, self.pool
+        live: list[tuple[int, _Seq]] = []
+        if due:
+            register, boundary_at = pool.register, self._boundary_at
+            step = n + bs
+            entries = boundary_at.get(step)
+            for entry in due:
+                adm, seq = entry
+                if seq.adm != adm or not seq.running:
+                    continue  # stale: readmitted, finished or gone
+                live.append(entry)
+                hashes = seq.req.block_hashes
+                i = (seq.length0 + n) // bs - 1
+                if i < len(hashes):
+                    register(seq.blocks[i], hashes[i])
+                if step < seq.stop:  # at or before its finishing step
+                    if entries is None:
+                        entries = boundary_at[step] = [entry]
+                    else:
+                        entries.append(entry)
+        for seq in new:
+            length = seq.length0 + n
             hashes = seq.req.block_hashes
             pool.register_run(seq.blocks, hashes, seq.registered, min(length // bs, len(hashes)))
             if length % bs == 0:
@@ -302,7 +321,7 @@ class Engine:
         self._need_slot = live
 
     def _schedule_boundary(self, seq: _Seq, step: int) -> None:
-        if step < seq.req.output_tokens - seq.offset:  # at or before its finishing step
+        if step < seq.stop:  # at or before its finishing step
             self._boundary_at.setdefault(step, []).append((seq.adm, seq))
 
     def _finish(self, end: float) -> tuple[Finish, ...]:
@@ -310,7 +329,9 @@ class Engine:
         if not due:
             return ()
         out: list[Finish] = []
-        for _adm, seq in sorted((e for e in due if e[1].adm == e[0] and e[1].running), key=_admission):
+        for adm, seq in due:  # in admission order: appended as admitted
+            if seq.adm != adm or not seq.running:
+                continue
             req = seq.req
             del self._running[seq]
             del self._seqs[req.request_id]

@@ -30,18 +30,21 @@ class BlockPool:
         self._refs = [0] * num_blocks
         self._hash_of: list[int | None] = [None] * num_blocks
         self._by_hash: dict[int, int] = {}
-        # Free blocks, least recently released first; an allocation evicts from the front.
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # The free queue, front first: empty blocks (no hash: worth nothing, handed out first,
+        # the most recently released first) as a stack whose top is its end, then the cached
+        # ones, least recently released first. An allocation takes from the front.
+        self._empty: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._cached: OrderedDict[int, None] = OrderedDict()
 
     @property
     def num_free(self) -> int:
         """Blocks no running sequence uses (cached or empty)."""
-        return len(self._free)
+        return len(self._empty) + len(self._cached)
 
     @property
     def usage(self) -> float:
         """Share (0..1) of blocks in use by sequences, as vLLM's ``kv_cache_usage_perc``."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - (len(self._empty) + len(self._cached)) / self.num_blocks
 
     @property
     def num_cached(self) -> int:
@@ -62,36 +65,46 @@ class BlockPool:
 
     def acquire(self, blocks: Sequence[int]) -> None:
         """Take a reference on cached ``blocks`` (a prefix hit)."""
+        refs, cached = self._refs, self._cached
         for b in blocks:
-            if self._refs[b] == 0:
-                del self._free[b]
-            self._refs[b] += 1
+            r = refs[b]
+            if not r:
+                del cached[b]  # a hit holds a hash: a free one sits in the cached queue
+            refs[b] = r + 1
 
     def allocate(self, n: int) -> list[int]:
         """``n`` fresh blocks, evicting the least recently released cached ones."""
-        if n > len(self._free):
-            raise ValueError(f"cannot allocate {n} blocks, {len(self._free)} free")
-        out: list[int] = []
-        popitem, hash_of, by_hash, refs = self._free.popitem, self._hash_of, self._by_hash, self._refs
-        for _ in range(n):
-            b, _none = popitem(False)
-            h = hash_of[b]
-            if h is not None:
-                del by_hash[h]
+        empty = self._empty
+        if n > len(empty) + len(self._cached):
+            raise ValueError(f"cannot allocate {n} blocks, {self.num_free} free")
+        refs = self._refs
+        if n <= len(empty):
+            out = empty[-n:] if n else []
+            del empty[len(empty) - n:]
+            out.reverse()
+        else:
+            out = empty[::-1]
+            empty.clear()
+            popitem, hash_of, by_hash = self._cached.popitem, self._hash_of, self._by_hash
+            for _ in range(n - len(out)):
+                b, _none = popitem(False)
+                del by_hash[hash_of[b]]  # type: ignore[arg-type]  # a cached block has a hash
                 hash_of[b] = None
+                out.append(b)
+        for b in out:
             refs[b] = 1
-            out.append(b)
         return out
 
     def allocate_one(self) -> int:
         """One fresh block (``allocate(1)`` without the list), for a sequence's next block."""
-        if not self._free:
-            raise ValueError("cannot allocate a block, none free")
-        b, _none = self._free.popitem(last=False)
-        h = self._hash_of[b]
-        if h is not None:
-            del self._by_hash[h]
+        if self._empty:
+            b = self._empty.pop()
+        elif self._cached:
+            b, _none = self._cached.popitem(last=False)
+            del self._by_hash[self._hash_of[b]]  # type: ignore[arg-type]  # a cached block has a hash
             self._hash_of[b] = None
+        else:
+            raise ValueError("cannot allocate a block, none free")
         self._refs[b] = 1
         return b
 
@@ -115,12 +128,12 @@ class BlockPool:
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference on each of ``blocks``, last block first."""
-        refs, hash_of, free = self._refs, self._hash_of, self._free
+        refs, hash_of, cached, empty = self._refs, self._hash_of, self._cached, self._empty
         for b in reversed(blocks):
             r = refs[b] - 1
             refs[b] = r
             if not r:
-                free[b] = None
                 if hash_of[b] is None:
-                    # An empty block is worth nothing: hand it out before any cached one.
-                    free.move_to_end(b, False)
+                    empty.append(b)  # an empty block is worth nothing: handed out before any cached one
+                else:
+                    cached[b] = None
