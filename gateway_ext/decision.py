@@ -181,11 +181,14 @@ class GatewayCore:
         return Charge(req, team, limit, BucketKey(team, req.model), ttl, print_, request_id)
 
     def conclude(self, charge: Charge, res: Reservation, now: float,
-                 max_concurrency: int | None = None) -> Admitted | Refused:
+                 max_concurrency: int | None = None,
+                 version: str | None = None) -> Admitted | Refused:
         """Steps 5-7 at ``now`` (seconds) once the bucket answered ``res``. ``max_concurrency``
         replaces the team's limit in the pool's check (a count shared in Redis already decided:
-        0 refuses, a huge number skips the local count). A refusal after a RESERVED ``res`` does
-        not refund it: the caller settles the reservation with 0 tokens."""
+        0 refuses, a huge number skips the local count). ``version``: step 6 already done by the
+        caller (the awaited pin store), only for a RESERVED ``res``; else the chooser runs here.
+        A refusal after a RESERVED ``res`` does not refund it: the caller settles the reservation
+        with 0 tokens."""
         req, team, limit, print_ = charge.request, charge.team, charge.limit, charge.print_
         request_id = charge.reservation_id
         if res.verdict is Verdict.TOO_LARGE:
@@ -202,8 +205,9 @@ class GatewayCore:
                                  f"tokens per minute on '{req.model}'.")
             return Refused(error.with_headers({**res.headers(), **retry_after_headers(delay)}),
                            team, req.model)
-        version = (self.choose_version(req) if self.choose_team_version is None
-                   else self.choose_team_version(req, team))
+        if version is None:
+            version = (self.choose_version(req) if self.choose_team_version is None
+                       else self.choose_team_version(req, team))
         pool_key = f"{req.model}@{version}"
         pool = self.pools.get(pool_key)
         outcome = None if pool is None else pool.offer(AdmissionRequest(

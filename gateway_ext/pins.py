@@ -14,6 +14,8 @@ still valid (and refresh its TTL), else write the candidate; both stores apply
   team (``<prefix>:pin:{<model>}:<conversation id>``, same hash slot) are still read when a
   conversation has no pin under the new key, and copied there; they are never written again and
   expire within one TTL, after which ``read_legacy=False`` saves the extra read.
+* :mod:`gateway_ext.async_pins`: the same script and keys on the asyncio client (the service's
+  :class:`~gateway_ext.shared_gate.SharedGate` awaits pins; they never block its event loop).
 * :class:`FallbackPinStore`: Redis, and this process's memory for ``retry_s`` seconds after a
   Redis failure (a conversation whose pin lives only in Redis is split again meanwhile: it
   keeps its version unless the canary percent changed since it started).
@@ -103,8 +105,31 @@ class MemoryPinStore:
             del self._pins[key]
 
 
+def pin_key(prefix: str, team: str, model: str, conversation_id: str) -> str:
+    """The Redis key of a pin (hash tag on the model; team names hold no ``:``)."""
+    return f"{prefix}:tpin:{{{model}}}:{team}:{conversation_id}"
+
+
+def legacy_pin_key(prefix: str, model: str, conversation_id: str) -> str:
+    """Where pins were kept before they were per team (read only, see the module)."""
+    return f"{prefix}:pin:{{{model}}}:{conversation_id}"
+
+
+def resolve_args(candidate: str, ttl_s: float, valid: Collection[str]) -> list[str | int]:
+    """ARGV of :data:`RESOLVE_SCRIPT`: candidate, TTL in milliseconds (at least 1), valid versions."""
+    return [candidate, max(1, round(ttl_s * 1000)), *valid]
+
+
+def resolve_reply(reply: list[bytes | str | int]) -> tuple[str, bool]:
+    """``(version, new_pin)`` from :data:`RESOLVE_SCRIPT`'s reply."""
+    version, written = reply
+    text = version.decode() if isinstance(version, bytes) else str(version)
+    return text, bool(written)
+
+
 class RedisPinStore:
-    """Pins shared by every gateway process through Redis (see :data:`RESOLVE_SCRIPT`)."""
+    """Pins shared by every gateway process through Redis (see :data:`RESOLVE_SCRIPT`) on the sync
+    client; the asyncio service uses :class:`gateway_ext.async_pins.AsyncRedisPinStore`."""
 
     def __init__(self, client: redis.Redis, prefix: str = "mf",
                  ttl_s: float = DEFAULT_TTL_S, read_legacy: bool = True) -> None:
@@ -114,22 +139,20 @@ class RedisPinStore:
 
     def key(self, team: str, model: str, conversation_id: str) -> str:
         """The Redis key of a pin (hash tag on the model; team names hold no ``:``)."""
-        return f"{self.prefix}:tpin:{{{model}}}:{team}:{conversation_id}"
+        return pin_key(self.prefix, team, model, conversation_id)
 
     def legacy_key(self, model: str, conversation_id: str) -> str:
         """Where pins were kept before they were per team (read only, see the module)."""
-        return f"{self.prefix}:pin:{{{model}}}:{conversation_id}"
+        return legacy_pin_key(self.prefix, model, conversation_id)
 
     def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
         """See :meth:`PinStore.resolve`; raises ``redis.RedisError`` when Redis fails."""
-        args: list[str | int] = [candidate, max(1, round(self.ttl_s * 1000)), *valid]
         keys = [self.key(team, model, conversation_id)]
         if self.read_legacy:
             keys.append(self.legacy_key(model, conversation_id))
-        version, written = self._script(keys=keys, args=args)
-        text = version.decode() if isinstance(version, bytes) else str(version)
-        return text, bool(written)
+        return resolve_reply(self._script(keys=keys,
+                                          args=resolve_args(candidate, self.ttl_s, valid)))
 
 
 class FallbackPinStore:

@@ -7,7 +7,9 @@ the long poll that feeds it is :mod:`gateway_ext.router_feed`.
 
 * :meth:`Router.choose_version` (step 6 of the decision): explicit ``@vN``, else the pinned
   version, else the canary split, pinned (:mod:`gateway_ext.versions`); conversations are
-  scoped by (team, model, conversation id). Aliases come from the router state, or from the
+  scoped by (team, model, conversation id). One pure plan (:meth:`Router.version_plan`) and
+  two ways to resolve its pin: on the sync store, or awaited (:meth:`Router.choose_version_async`,
+  the shared gate's path). Aliases come from the router state, or from the
   gateway's own config until a state arrives.
 * :meth:`Router.route` (when a request is admitted, at once or out of the queue): a replica of
   the version's pool by :mod:`gateway_ext.picking` over the routable replicas whose last beat is
@@ -34,6 +36,7 @@ from typing import Any
 
 from envoy_control.router_state import ModelAlias, PoolRoute, RouterState
 
+from gateway_ext.async_pins import AsyncPinStore
 from gateway_ext.contract import DESTINATION_HEADER
 from gateway_ext.decision import Admitted
 from gateway_ext.picking import (
@@ -50,6 +53,7 @@ from gateway_ext.pins import PinStore
 from gateway_ext.replica_load import SentLedger
 from gateway_ext.request import ChatRequest
 from gateway_ext.versions import (
+    PinAsk,
     VersionReason,
     alias_of,
     choose,
@@ -88,8 +92,11 @@ class Router:
                  policy: RoutingPolicy | None = None, rng: random.Random | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  on_pick: Callable[[str, str], None] | None = None,
-                 on_pin: Callable[[str], None] | None = None) -> None:
+                 on_pin: Callable[[str], None] | None = None,
+                 async_pins: AsyncPinStore | None = None) -> None:
         self.config, self.pins, self.pools = config, pins, set(pools)
+        self.async_pins = async_pins
+        """Where :meth:`choose_version_async` resolves pins (the service's asyncio Redis)."""
         self.policy = policy or RoutingPolicy()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -117,10 +124,11 @@ class Router:
         """Admission now has a pool for ``key`` (``model@version``): route to it."""
         self.pools.add(key)
 
-    def choose_version(self, request: ChatRequest, team: str | None = None) -> str:
-        """The version (``v13``) of an authorized, parsed request of ``team``; see
-        :mod:`gateway_ext.versions`. A conversation's split point and pin belong to (team,
-        model, conversation id): two teams reusing an id never share a pin."""
+    def version_plan(self, request: ChatRequest, team: str | None = None) -> str | PinAsk:
+        """Step 6 without the pin store: the version (``v13``) of an authorized, parsed request of
+        ``team``, or the pin to resolve (a split conversation); see :mod:`gateway_ext.versions`.
+        A conversation's split point and pin belong to (team, model, conversation id): two teams
+        reusing an id never share a pin. The sync and the awaited paths both start here."""
         alias = self.alias(request.model)
         if alias is None:
             raise ValueError(f"unknown model {request.model!r}")
@@ -130,8 +138,26 @@ class Router:
         choice = choose(alias, request.version, key, draw)
         if choice.reason is not VersionReason.SPLIT or not cid:
             return choice.version
-        version, written = self.pins.resolve(team or "", request.model, cid, choice.version,
-                                             pin_targets(alias))
+        return PinAsk(team or "", request.model, cid, choice.version, pin_targets(alias))
+
+    def choose_version(self, request: ChatRequest, team: str | None = None) -> str:
+        """:meth:`version_plan`, its pin resolved on :attr:`pins` (blocking when in Redis)."""
+        plan = self.version_plan(request, team)
+        if isinstance(plan, str):
+            return plan
+        return self._pinned(*self.pins.resolve(*plan.args()))
+
+    async def choose_version_async(self, request: ChatRequest, team: str | None = None) -> str:
+        """:meth:`version_plan`, its pin resolved on :attr:`async_pins` (awaited), else on
+        :attr:`pins`."""
+        plan = self.version_plan(request, team)
+        if isinstance(plan, str):
+            return plan
+        if self.async_pins is None:
+            return self._pinned(*self.pins.resolve(*plan.args()))
+        return self._pinned(*await self.async_pins.resolve(*plan.args()))
+
+    def _pinned(self, version: str, written: bool) -> str:
         if self._on_pin is not None:
             self._on_pin("new" if written else "kept")
         return version

@@ -4,9 +4,10 @@ flusher and the metrics registry. Nothing global: the app factory
 (:func:`gateway_ext.service.create_app`) receives it and starts the router feed and
 :meth:`Runtime.background`.
 
-With Redis the gate is a :class:`~gateway_ext.shared_gate.SharedGate`: buckets and the
-``max_concurrency`` count on the asyncio client (fail open to memory), pool capacity split between
-the live gateway processes (heartbeat) and settles of other processes' reservations announced.
+With Redis the gate is a :class:`~gateway_ext.shared_gate.SharedGate`: buckets, the
+``max_concurrency`` count and the conversation pins on the asyncio client (fail open to memory),
+pool capacity split between the live gateway processes (heartbeat) and settles of other
+processes' reservations announced.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from redis.retry import Retry
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway_ext.async_fallback_store import AsyncFallbackBucketStore
+from gateway_ext.async_pins import AsyncFallbackPinStore, AsyncRedisPinStore
 from gateway_ext.bucket_store import BucketKey, BucketStore, MemoryBucketStore
 from gateway_ext.buckets import BucketState
 from gateway_ext.decision import GatewayCore
@@ -42,6 +44,7 @@ from gateway_ext.metrics import GatewayMetrics, make_metrics
 from gateway_ext.pins import FallbackPinStore, MemoryPinStore, PinStore, RedisPinStore
 from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
 from gateway_ext.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
+from gateway_ext.redis_pipelining import ScriptPipeline
 from gateway_ext.retry_budget import RetryBudget
 from gateway_ext.routing import Picking, Router, RoutingPolicy
 from gateway_ext.settings import Settings
@@ -145,26 +148,39 @@ def make_store(settings: Settings, metrics: GatewayMetrics
 
 
 def make_shared(settings: Settings, metrics: GatewayMetrics, clock: Callable[[], float]
-                ) -> tuple[AsyncFallbackBucketStore, GatewayPeers]:
-    """The awaited Redis buckets (failing open to memory) and this process's place among the
-    region's gateways, on one asyncio client (``clock``: wall-clock seconds)."""
+                ) -> tuple[AsyncFallbackBucketStore, GatewayPeers, AsyncFallbackPinStore]:
+    """The awaited Redis buckets (failing open to memory), this process's place among the
+    region's gateways and the awaited conversation pins (:func:`make_async_pins`), on one asyncio
+    client (``clock``: wall-clock seconds)."""
     assert settings.redis_url is not None
     client = redis.asyncio.Redis.from_url(
         settings.redis_url, socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s, retry=AsyncRetry(NoBackoff(), 0))
+    buckets = AsyncRedisBucketStore(client, prefix=settings.redis_prefix)
     store = AsyncFallbackBucketStore(
-        AsyncRedisBucketStore(client, prefix=settings.redis_prefix), (redis.RedisError, OSError),
-        time.monotonic, settings.redis_retry_s,
+        buckets, (redis.RedisError, OSError), time.monotonic, settings.redis_retry_s,
         on_fallback=lambda op: metrics.store_fallbacks.labels(op=op).inc())
     gateway_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     peers = GatewayPeers(client, settings.redis_prefix, gateway_id, clock,
                          settings.heartbeat_s, settings.peer_ttl_s)
-    return store, peers
+    return store, peers, make_async_pins(settings, client, buckets.pipeline)
+
+
+def make_async_pins(settings: Settings, client: redis.asyncio.Redis,
+                    pipeline: ScriptPipeline | None = None) -> AsyncFallbackPinStore:
+    """Conversation pins in Redis on the asyncio ``client`` (script calls sharing ``pipeline``'s
+    round trips with the buckets), with this process's memory while Redis is down."""
+    memory = MemoryPinStore(settings.pin_ttl_s, settings.pin_max_entries)
+    primary = AsyncRedisPinStore(client, settings.redis_prefix, settings.pin_ttl_s,
+                                 pipeline=pipeline)
+    return AsyncFallbackPinStore(primary, memory, (redis.RedisError, OSError),
+                                 settings.redis_retry_s)
 
 
 def make_pins(settings: Settings, client: redis.Redis | None) -> PinStore:
-    """Conversation pins: in this process, or in Redis (shared by every gateway process) with
-    this process's memory while Redis is down."""
+    """Conversation pins on the sync path: in this process, or in Redis (shared by every gateway
+    process) with this process's memory while Redis is down. The service's shared gate awaits
+    :func:`make_async_pins` instead."""
     memory = MemoryPinStore(settings.pin_ttl_s, settings.pin_max_entries)
     if client is None:
         return memory
@@ -207,9 +223,10 @@ def build_runtime(settings: Settings, config: PlatformConfig | None = None,
     if settings.redis_url is None:
         gate = Gate(core, metrics, clock, **hooks)
     else:
-        astore, peers = make_shared(settings, metrics, clock)
+        astore, peers, router.async_pins = make_shared(settings, metrics, clock)
         core.store = astore.fallback  # every hot path awaits astore; no sync Redis call
-        gate = SharedGate(core, metrics, clock, astore, peers, **hooks)
+        gate = SharedGate(core, metrics, clock, astore, peers,
+                          choose_version=router.choose_version_async, **hooks)
     for key in pools:
         metrics.observe_pool(key, pools[key].view())
     usage_store = UsageStore(settings.usage_db_url, settings.usage_table_prefix)

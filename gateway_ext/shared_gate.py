@@ -14,6 +14,10 @@ asyncio Redis client: no decision blocks the event loop) and whose limits hold a
 * pool capacity is split between the live processes (:func:`~gateway_ext.gateway_peers.gateway_share`):
   each admits against its share of every pool, re-split whenever the live count changes.
 
+The version (step 6) is awaited too when ``choose_version`` is given (conversation pins on the
+asyncio Redis, :mod:`gateway_ext.async_pins`), between the bucket and
+:meth:`~gateway_ext.decision.GatewayCore.conclude`, and only for a request the bucket let through.
+
 Refunds of refused or abandoned reservations run as background tasks (their answer is not
 needed); settles of running requests are awaited (their verdict is the replica's answer).
 """
@@ -21,7 +25,7 @@ needed); settles of running requests are awaited (their verdict is the replica's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gateway_ext.admission import Outcome
@@ -32,6 +36,7 @@ from gateway_ext.decision import Admitted, GatewayCore, Refused
 from gateway_ext.gate import Gate, UsageReport
 from gateway_ext.gateway_peers import GatewayPeers, gateway_share
 from gateway_ext.metrics import GatewayMetrics
+from gateway_ext.request import ChatRequest
 
 UNCOUNTED = 1 << 30
 """The pool's concurrency limit when Redis already granted the slot (the local count never binds)."""
@@ -43,10 +48,13 @@ class SharedGate(Gate):
 
     def __init__(self, core: GatewayCore, metrics: GatewayMetrics, clock: Callable[[], float],
                  store: AsyncFallbackBucketStore, peers: GatewayPeers | None = None,
+                 choose_version: Callable[[ChatRequest, str], Awaitable[str]] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(core, metrics, clock, **kwargs)
         self.astore = store
         self.peers = peers
+        self.choose_version = choose_version
+        """Step 6, awaited (the router's pins on the asyncio Redis); None: ``core``'s chooser."""
         self.live_gateways = 1
         self._full = {key: pool.capacity_tokens for key, pool in core.pools.items()}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -66,9 +74,17 @@ class SharedGate(Gate):
             raise
         cap = {Concurrency.GRANTED: UNCOUNTED, Concurrency.REFUSED: 0,
                Concurrency.LOCAL: None}[counted.concurrency]
-        result = self.core.conclude(charge, counted.reservation, now, cap)
         charged = (counted.reservation.verdict is Verdict.RESERVED
                    and counted.concurrency is not Concurrency.REFUSED)
+        version = None
+        if self.choose_version is not None and counted.reservation.verdict is Verdict.RESERVED:
+            try:  # past the bucket only: a 429 or a too-large request writes no pin
+                version = await self.choose_version(charge.request, charge.team)
+            except BaseException:
+                if charged:
+                    self._refund(charge.key, tpm, rid, now)
+                raise
+        result = self.core.conclude(charge, counted.reservation, now, cap, version)
         if isinstance(result, Refused) and charged:
             self._refund(charge.key, tpm, rid, now)
         return result

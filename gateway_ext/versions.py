@@ -124,3 +124,19 @@ def version_chooser(config: PlatformConfig, rng: random.Random) -> Callable[[Cha
         return choose_version(model, request.version, request.conversation_id, draw)
 
     return chooser
+
+
+@dataclass(frozen=True, slots=True)
+class PinAsk:
+    """A split conversation's version, to settle with the pin store: ``candidate`` unless the
+    conversation is pinned to one of ``valid``."""
+
+    team: str
+    model: str
+    conversation_id: str
+    candidate: str
+    valid: tuple[str, ...]
+
+    def args(self) -> tuple[str, str, str, str, tuple[str, ...]]:
+        """The arguments of :meth:`~gateway_ext.pins.PinStore.resolve`."""
+        return self.team, self.model, self.conversation_id, self.candidate, self.valid
