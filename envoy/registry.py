@@ -10,13 +10,18 @@ what is being served. Calls are synchronous and short; SQLAlchemy's errors propa
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from envoy_control.overrides import Override, override_from_dict
+from envoy_control.registry_records import (
+    VersionConflict,
+    at_utc,
+    identity,
+    record_hash,
+    served_rows,
+)
 from envoy_control.registry_tables import ADDED_COLUMNS, IDENTITY_FIELDS, make_tables
 from sqlalchemy import (
     Engine,
@@ -34,34 +39,10 @@ from sqlalchemy.pool import StaticPool
 from modelfleet.config import PlatformConfig, Problem, Version
 from modelfleet.config.load import Origins
 
+__all__ = ["DEFAULT_TABLE_PREFIX", "Registry", "VersionConflict", "identity", "make_engine", "record_hash"]
+
 DEFAULT_TABLE_PREFIX = "mf_"
 
-
-class VersionConflict(Exception):
-    """``model@version`` is registered with other identity fields; ``differences`` lists
-    ``(field, registered, given)``."""
-
-    def __init__(self, key: str, differences: list[tuple[str, Any, Any]]) -> None:
-        self.key, self.differences = key, differences
-        fields = ", ".join(f for f, _, _ in differences)
-        super().__init__(f"{key} is registered and never changes; this record differs in {fields}:"
-                         " register a new version instead")
-
-
-def identity(version: Version) -> dict[str, Any]:
-    """The identity fields of ``version`` as plain data."""
-    data = version.model_dump(mode="json")
-    return {f: data[f] for f in IDENTITY_FIELDS}
-
-
-def record_hash(ident: dict[str, Any]) -> str:
-    """``sha256:`` of the canonical JSON of an identity (sorted keys, no spaces)."""
-    text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def _at(now_s: float) -> datetime:
-    return datetime.fromtimestamp(now_s, UTC)
 
 
 def make_engine(url: str, connect_timeout_s: float = 3.0) -> Engine:
@@ -156,7 +137,7 @@ class Registry:
             model=version.model, version=version.version, **given,
             record_hash=record_hash(given), load_test_tokens_per_s=cap.output_tokens_per_s,
             load_test_tokens_in_flight=cap.tokens_in_flight, load_test_streams=cap.streams,
-            capacity_measured=cap.measured, status=version.status, registered_at=_at(now_s),
+            capacity_measured=cap.measured, status=version.status, registered_at=at_utc(now_s),
             registered_by=by))
         return True
 
@@ -196,7 +177,7 @@ class Registry:
         """Mirror ``served`` and ``overrides`` into the tables in one transaction: new
         versions registered (raises :class:`VersionConflict`, nothing written), statuses
         updated, models, pools, teams and team limits replaced, overrides replaced."""
-        t, at = self.t, _at(now_s)
+        t, at = self.t, at_utc(now_s)
         with self.engine.begin() as conn:
             for version in served.versions:
                 if not self._register(conn, version, by, now_s):
@@ -207,26 +188,8 @@ class Registry:
                         for r in conn.execute(select(t.pools))}
             for table in (t.models, t.pools, t.team_limits, t.teams, t.overrides):
                 conn.execute(delete(table))
-            rows = [{"model": m.name, "live_version": m.live,
-                     "canary_version": m.canary.version if m.canary else None,
-                     "canary_percent": m.canary.percent if m.canary else 0.0,
-                     "shadow_version": m.shadow.version if m.shadow else None,
-                     "shadow_fraction": m.shadow.fraction if m.shadow else 0.0,
-                     "task": m.task, "max_output_tokens": m.max_output_tokens,
-                     "updated_at": at} for m in served.models]
-            self._insert(conn, t.models, rows)
-            self._insert(conn, t.pools, [
-                {"model": p.model, "version": p.version, "region": p.region,
-                 "min_replicas": p.min_replicas, "max_replicas": p.max_replicas,
-                 "released_at": released.get((p.model, p.version, p.region))}
-                for p in served.pools])
-            self._insert(conn, t.teams, [{"team": x.name, "name": x.display_name or x.name}
-                                         for x in served.teams])
-            self._insert(conn, t.team_limits, [
-                {"team": x.name, "model": lim.model, "tokens_per_minute": lim.tokens_per_minute,
-                 "max_concurrency": lim.max_concurrency,
-                 "guaranteed_share": lim.guaranteed_share, "tiers": list(lim.tiers)}
-                for x in served.teams for lim in x.limits])
+            for name, rows in served_rows(served, released, at):
+                self._insert(conn, getattr(t, name), rows)
             self._insert(conn, t.overrides, [o.as_dict() for o in overrides])
 
     @staticmethod
@@ -251,15 +214,15 @@ class Registry:
         p = self.t.pools
         with self.engine.begin() as conn:
             conn.execute(update(p).where(p.c.model == model, p.c.version == version)
-                         .values(released_at=_at(now_s)))
+                         .values(released_at=at_utc(now_s)))
 
     # -- rollouts --------------------------------------------------------------------------
 
     def record_decision(self, row: dict[str, Any]) -> int:
         """Add one rollout decision (``model, version, stage, percent, started_at,
         decided_at`` as Unix seconds, ``decision, reasons, guard_metrics, source``); its id."""
-        values = {**row, "started_at": _at(row["started_at"]),
-                  "decided_at": _at(row["decided_at"])}
+        values = {**row, "started_at": at_utc(row["started_at"]),
+                  "decided_at": at_utc(row["decided_at"])}
         with self.engine.begin() as conn:
             result = conn.execute(insert(self.t.rollouts).values(**values))
             key = result.inserted_primary_key

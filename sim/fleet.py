@@ -22,12 +22,12 @@ from gateway_ext.decision import Refused
 from modelfleet.config.schema import PlatformConfig
 from sim.arrivals import Arrival, expand
 from sim.clients import Clients, retry_after_s
+from sim.fleet_events import on_ready, on_step, on_tick
 from sim.fleet_types import FleetSpec, Req, VersionSpec
 from sim.gateway import SimGateway
 from sim.loop import READY, STEP, TICK, Loop
-from sim.measures import Measured, RequestRow, Result, Sample
+from sim.measures import Measured, RequestRow, Result
 from sim.replicas import ReplicaState, SimReplica
-from sim.scaling import ScalerSetup, scale_down_order, scale_step
 
 __all__ = ["Fleet", "FleetSpec", "Hook", "Progress", "VersionSpec", "simulate"]
 
@@ -84,11 +84,11 @@ class Fleet:
     def handle(self, kind: int, ref: object, t: float) -> None:
         """Run one of this region's events at ``t`` seconds."""
         if kind == STEP:
-            self._on_step(ref, t)  # type: ignore[arg-type]
+            on_step(self, ref, t)  # type: ignore[arg-type]
         elif kind == TICK:
-            self._on_tick(t)
+            on_tick(self, t)
         elif kind == READY:
-            self._on_ready(ref, t)  # type: ignore[arg-type]
+            on_ready(self, ref, t)  # type: ignore[arg-type]
 
     def add_version(self, v: VersionSpec) -> str:
         """Serve ``v`` too, with no replica yet (:meth:`resize`); returns its pool key."""
@@ -198,39 +198,6 @@ class Fleet:
         if result is not None:
             self.loop.push(result.end_s, self, STEP, rep)
 
-    def _on_step(self, rep: SimReplica, t: float) -> None:
-        if not self.up:
-            return
-        result = rep.finish_step()
-        if self.m.start_s <= t < self.m.end_s:
-            self.m.output_tokens += result.tokens
-            self.m.prefill_tokens += result.prefill_tokens
-        reqs = self.reqs
-        for adm in result.admitted:
-            if adm.first:
-                req = reqs[adm.request_id]
-                req.first_s, req.cached = t, adm.cached_tokens
-                if req.row is not None:
-                    req.row.ttft_s, req.row.cached_tokens = t - req.t0, adm.cached_tokens
-        for f in result.finished:
-            self._finish(rep, f.request_id, t)
-        self._start(rep, t)
-        if rep.state is ReplicaState.DRAINING and not rep.held:
-            del self.replicas[rep.id]
-            self.m.scale_events.append((t, rep.id, "gone"))
-
-    def _finish(self, rep: SimReplica, rid: str, t: float) -> None:
-        rep.release(rid)
-        req = self.reqs.pop(rid)
-        a, out = req.arrival, req.output
-        self.m.completions.append((t, req.pool, req.first_s - req.ta, out, True))
-        if req.row is not None:
-            req.row.result = Result.OK
-            if out > 1 and t > req.first_s:
-                req.row.stream_tokens_per_s = (out - 1) / (t - req.first_s)
-        if req.admitted is not None:
-            self._apply(self.gw.finish(req.admitted, a.prompt_tokens, req.cached, out, t), t)
-
     def _abandon(self, rid: str, t: float) -> None:
         req = self.reqs.pop(rid, None)
         if req is None:
@@ -240,70 +207,12 @@ class Fleet:
         self.clients.failed(req.arrival, req.row, req.t0, req.attempt, t, Result.SHED_503, None,
                             self.region)
 
-    def _on_tick(self, t: float) -> None:
-        spec = self.spec
-        if not self.up:
-            self.loop.push(t + spec.heartbeat_s, self, TICK, None)
-            return
-        main = self.gw.main
-        serving = [r for r in self.replicas.values() if r.state is ReplicaState.SERVING]
-        live = [r for r in serving if r.pool == self.main]
-        view = [main.reported.get(r.id, 0) + main.sent.get(r.id, 0) for r in live]
-        for key, picker in self.gw.pickers.items():
-            picker.report({r.id: r.tokens_in_flight for r in serving if r.pool == key})
-        self._apply(self.gw.expire(t), t)
-        second = round(t / spec.heartbeat_s)
-        if second % round(10 / spec.heartbeat_s) == 0 and self.progress is not None:
-            self.progress(t, self.end_s)
-        if second % round(60 / spec.heartbeat_s) == 0:
-            self.gw.sweep(t)
-        pool = [r for r in self.replicas.values() if r.pool == self.main]
-        stats = [r.engine.stats() for r in pool]
-        waiting = sum(s.waiting for s in stats)
-        if self.m.start_s <= t < self.m.end_s:
-            starting = sum(1 for r in pool if r.state is ReplicaState.STARTING)
-            self.m.samples.append(Sample(t, len(live), starting, [r.tokens_in_flight for r in live],
-                                         view, self.gw.queued(), waiting,
-                                         sum(s.running for s in stats)))
-        if spec.scaler is not None and second % round(spec.scaler.sync_period_s / spec.heartbeat_s) == 0:
-            self._scale(spec.scaler, sum(r.tokens_in_flight for r in pool), waiting, t)
-        for hook in self.hooks:
-            hook(self, t)
-        self.loop.push(t + spec.heartbeat_s, self, TICK, None)
-
-    def _scale(self, setup: ScalerSetup, tokens_in_flight: int, waiting: int, t: float) -> None:
-        active = [r for r in self.replicas.values()
-                  if r.pool == self.main and r.state is not ReplicaState.DRAINING]
-        target, self.scaler_state = scale_step(setup, self.scaler_state, len(active),
-                                               tokens_in_flight, waiting, t)
-        for _ in range(target - len(active)):
-            rep = self._new_replica(self.main, t + setup.cold_start.delay_s(self.warm_left),
-                                    ReplicaState.STARTING)
-            self.warm_left = max(0, self.warm_left - 1)
-            self.loop.push(rep.ready_s, self, READY, rep)
-            self.m.scale_events.append((t, rep.id, "requested"))
-        order = scale_down_order([(r.id, r.state is ReplicaState.STARTING, r.ready_s) for r in active])
-        for rep in (self.replicas[rid] for rid in order[: max(0, len(active) - target)]):
-            if rep.state is ReplicaState.STARTING:
-                del self.replicas[rep.id]
-                self.m.scale_events.append((t, rep.id, "cancelled"))
-            else:
-                self._drain(rep, t)
-        self._apply(self.gw.set_members(self.main, self.serving_ids(self.main), t), t)
-
     def _drain(self, rep: SimReplica, t: float) -> None:
         rep.state = ReplicaState.DRAINING
         self.m.scale_events.append((t, rep.id, "draining"))
         if not rep.held:
             del self.replicas[rep.id]
             self.m.scale_events.append((t, rep.id, "gone"))
-
-    def _on_ready(self, rep: SimReplica, t: float) -> None:
-        if self.replicas.get(rep.id) is not rep or rep.state is not ReplicaState.STARTING:
-            return
-        rep.state = ReplicaState.SERVING
-        self.m.scale_events.append((t, rep.id, "serving"))
-        self._apply(self.gw.set_members(rep.pool, self.serving_ids(rep.pool), t), t)
 
 
 def simulate(spec: FleetSpec, config: PlatformConfig, arrivals: Iterable[Arrival],

@@ -32,7 +32,6 @@ from typing import Any
 
 import httpx
 
-from autoscale.drain import prestop_s, stream_bound_s
 from autoscale.local_loop import (
     LocalPool,
     Member,
@@ -43,39 +42,17 @@ from autoscale.local_loop import (
 )
 from autoscale.local_loop import sync_pool as plan_sync
 from autoscale.rule import ScalerState
-from modelfleet.config import PlatformConfig, load_config
+from modelfleet.config import PlatformConfig
 from modelfleet.local import processes as proc
+from modelfleet.local.autoscaler_children import answers_health, kill_child, member_plan
+from modelfleet.local.autoscaler_env import MIN_PRESTOP_WALL_S, prepare_options, replica_env
 from modelfleet.local.autoscaler_readings import gateway_queue_depths, pool_load
 from modelfleet.local.autoscaler_view import AUTOSCALE_FILE
 from modelfleet.local.plan import ReplicaPlan, replica_counts
-from modelfleet.local.stack import HOST, LocalStack, StackOptions, register_replica
+from modelfleet.local.stack import HOST, LocalStack, register_replica
 from modelfleet.local.state import write_state
 
-MIN_PRESTOP_WALL_S = 1.5
-"""A draining replica answers 503 at least this long (wall seconds) whatever the time scale:
-its removal spreads through the control plane, Envoy and the gateway in real time."""
-
-
-def replica_env(cfg: PlatformConfig, time_scale: float) -> dict[str, str]:
-    """Environment of every simulated replica under ``--autoscale``: the drain grace (the scaled
-    preStop, at least :data:`MIN_PRESTOP_WALL_S`) between SIGTERM and closing the listener, then
-    the scaled stream bound of the slowest version for open streams to finish (vLLM's
-    ``--shutdown-timeout``; uvicorn's default 10 s would cut them at time scale 1)."""
-    grace = max(prestop_s(cfg.autoscaling.drain) / time_scale, MIN_PRESTOP_WALL_S)
-    bounds = [stream_bound_s(m, v, cfg.autoscaling.drain) for v in cfg.versions
-              if (m := cfg.model(v.model)) is not None]
-    streams = max(bounds, default=0.0) / time_scale
-    return {"MODELFLEET_DRAIN_GRACE_S": f"{grace:.3f}",
-            "MODELFLEET_SHUTDOWN_TIMEOUT_S": f"{max(streams, 1.0):.3f}"}
-
-
-def prepare_options(options: StackOptions) -> tuple[PlatformConfig, float]:
-    """Before the stack starts under ``--autoscale``: the config and the time scale in force,
-    and the replicas' drain grace set in ``options.replica_env``. Raises ``ConfigError``."""
-    cfg = load_config(options.config_dir).config
-    time_scale = options.time_scale or cfg.local.time_scale
-    options.replica_env.update(replica_env(cfg, time_scale))
-    return cfg, time_scale
+__all__ = ["MIN_PRESTOP_WALL_S", "LocalAutoscaler", "prepare_options", "replica_env"]
 
 
 @dataclass
@@ -117,7 +94,7 @@ class LocalAutoscaler:
             if child.role == "replica" and child.target in self.pools:
                 key = child.target
                 index = int(child.name.rsplit("-", 1)[1])
-                plan = _plan(child.name, key, index)
+                plan = member_plan(child.name, key, index)
                 self.replicas[key][child.name] = _Replica(Member(child.name, "serving", 0.0), plan, child, 0.0)
                 self.next_index[key] = max(self.next_index[key], index + 1)
         self.period_s = min((sync_period_wall_s(p, time_scale) for p in self.pools.values()), default=1.0)
@@ -156,7 +133,7 @@ class LocalAutoscaler:
             if not r.child.alive():
                 self._forget(key, r, f"{m.replica_id}: exited while starting ({r.child.popen.returncode}); "
                              f"log {r.child.log}")
-            elif _healthy(r.child):
+            elif answers_health(r.child):
                 register_replica(self._cp_url(), m.replica_id, r.plan.model, r.plan.version, HOST,
                                  r.child.port)
                 r.member = Member(m.replica_id, "serving", self.model_now())
@@ -164,7 +141,7 @@ class LocalAutoscaler:
         elif m.phase == "draining":
             if r.child is not None and r.child.alive() and r.kill_at is not None and now >= r.kill_at:
                 self.say(f"{m.replica_id}: drain bound passed, killing pid {r.child.pid}")
-                _kill(r.child)
+                kill_child(r.child)
             if r.child is None or not r.child.alive():
                 self._forget(key, r, f"{m.replica_id}: drained and stopped")
 
@@ -184,7 +161,7 @@ class LocalAutoscaler:
     def _start(self, key: str) -> None:
         index = self.next_index[key]
         self.next_index[key] += 1
-        plan = _plan(f"{key}-{index}", key, index)
+        plan = member_plan(f"{key}-{index}", key, index)
         wait = cold_start_wall_s(self.pools[key], self.time_scale)
         self.replicas[key][plan.replica_id] = _Replica(
             Member(plan.replica_id, "starting", self.model_now()), plan, None, self.clock() + wait)
@@ -193,7 +170,7 @@ class LocalAutoscaler:
     def _forget(self, key: str, r: _Replica, message: str) -> None:
         self.replicas[key].pop(r.member.replica_id, None)
         if r.child is not None:
-            _kill(r.child)
+            kill_child(r.child)
             if r.child in self.stack.children:
                 self.stack.children.remove(r.child)
             with contextlib.suppress(httpx.HTTPError):  # else forgotten once silent 300 s
@@ -261,24 +238,4 @@ class LocalAutoscaler:
         except httpx.HTTPError:
             return None
         return gateway_queue_depths(text)
-
-
-def _kill(child: proc.Child) -> None:
-    """SIGKILL ``child`` (by its PID) if it still runs, and reap it."""
-    if child.alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGKILL)
-    child.popen.wait(timeout=10)
-
-
-def _plan(replica_id: str, key: str, index: int) -> ReplicaPlan:
-    model, version = key.split("@", 1)
-    return ReplicaPlan(replica_id, model, version, index)
-
-
-def _healthy(child: proc.Child) -> bool:
-    try:
-        return httpx.get(f"http://{HOST}:{child.port}/health", timeout=0.5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
