@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,9 +32,11 @@ from envoy_control.envoy_process import (
     stop_envoy,
     wait_live,
 )
+from envoy_control.registry import Registry
 from envoy_control.replicas import Replica
 
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.testing import require_postgres
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "config"
@@ -504,3 +507,14 @@ def start_cp() -> Iterator[Callable[..., ControlPlaneProcess]]:
     yield start
     codes = [stop_control_plane(cp) for cp in started]
     assert codes == [0] * len(started), f"control plane exit codes {codes}"
+
+
+@pytest.fixture
+def registry() -> Iterator[Registry]:
+    """A registry on the test Postgres with tables of this test alone (dropped afterwards); fails
+    under CI=true, skips otherwise, when Postgres is unreachable."""
+    reg = Registry(require_postgres(), f"cpt_{uuid.uuid4().hex[:10]}_")
+    reg.create_tables()
+    yield reg
+    reg.drop_tables()
+    reg.dispose()

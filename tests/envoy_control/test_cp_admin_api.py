@@ -10,8 +10,6 @@ prefix and drops its tables.
 from __future__ import annotations
 
 import shutil
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +23,10 @@ from envoy_control.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 from modelfleet.config import ConfigError, load_config
-from modelfleet.testing import require_postgres
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 TOKEN = "admin-token-for-tests-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def postgres_or_skip() -> str:
-    """The test Postgres URL (fails under CI=true, skips otherwise, when unreachable)."""
-    return require_postgres()
-
-
-@pytest.fixture
-def registry() -> Iterator[Registry]:
-    reg = Registry(postgres_or_skip(), f"cpt_{uuid.uuid4().hex[:10]}_")
-    reg.create_tables()
-    yield reg
-    reg.drop_tables()
-    reg.dispose()
 
 
 @pytest.fixture

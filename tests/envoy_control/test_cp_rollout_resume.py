@@ -10,8 +10,6 @@ and drops its tables.
 from __future__ import annotations
 
 import shutil
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +22,6 @@ from envoy_control.registry import Registry
 from envoy_control.rollout import Phase, RolloutPolicy, default_stages
 from envoy_control.rollout_driver import RolloutDriver
 from envoy_control.rollout_resume import Unresumable, resume
-
-from modelfleet.testing import require_postgres
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 ROLLOUT_YAML = """\
@@ -42,20 +38,6 @@ GOOD = VersionMetrics(requests=500, error_rate=0.0, ttft_p95_s=0.5, output_token
                       refusal_rate=0.0)
 SLOW = VersionMetrics(requests=500, error_rate=0.0, ttft_p95_s=0.9, output_tokens_mean=300,
                       refusal_rate=0.0)
-
-
-def postgres_or_skip() -> str:
-    """The test Postgres URL (fails under CI=true, skips otherwise, when unreachable)."""
-    return require_postgres()
-
-
-@pytest.fixture
-def registry() -> Iterator[Registry]:
-    reg = Registry(postgres_or_skip(), f"cpr_{uuid.uuid4().hex[:10]}_")
-    reg.create_tables()
-    yield reg
-    reg.drop_tables()
-    reg.dispose()
 
 
 @pytest.fixture
