@@ -11,7 +11,6 @@ dropped (it expires in Redis, counted as fully used, and its open slot expires w
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Protocol
 
@@ -24,9 +23,8 @@ from gateway_ext.bucket_store import (
     SettleVerdict,
 )
 from gateway_ext.buckets import BucketState, Reservation
+from gateway_ext.fail_open import FailOpenWindow
 from gateway_ext.fallback_store import StoreErrors
-
-log = logging.getLogger(__name__)
 
 
 class AsyncSharedStore(Protocol):
@@ -61,23 +59,15 @@ class AsyncFallbackBucketStore:
         self.primary = primary
         self.fallback = fallback if fallback is not None else MemoryBucketStore()
         self.errors = errors
-        self.clock = clock
-        self.retry_s = retry_s
-        self.on_fallback = on_fallback
-        self._down_until = float("-inf")
+        self.window = FailOpenWindow("per-process buckets and concurrency", clock, retry_s,
+                                     on_fallback)
+        self._failed = self.window.failed
         self._local: set[str] = set()
 
     @property
     def degraded(self) -> bool:
         """True while the shared store is being skipped."""
-        return self.clock() < self._down_until
-
-    def _failed(self, op: str, exc: BaseException) -> None:
-        if not self.degraded:
-            log.warning("bucket store unreachable (%s: %s): per-process buckets and "
-                        "concurrency for %.1f s", op, exc.__class__.__name__, self.retry_s)
-        self._down_until = self.clock() + self.retry_s
-        self.on_fallback(op)
+        return self.window.degraded
 
     async def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int,
                       reservation_id: str, now: float, ttl_s: float,

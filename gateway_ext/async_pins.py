@@ -13,7 +13,6 @@ The awaited counterparts of :mod:`gateway_ext.pins`, for
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Collection
 from typing import Protocol
@@ -26,12 +25,11 @@ from gateway_ext.pins import (
     PinStore,
     legacy_pin_key,
     pin_key,
+    pin_window,
     resolve_args,
     resolve_reply,
 )
 from gateway_ext.redis_pipelining import ScriptPipeline
-
-log = logging.getLogger(__name__)
 
 
 class AsyncPinStore(Protocol):
@@ -80,13 +78,12 @@ class AsyncFallbackPinStore:
                  clock: Callable[[], float] = time.monotonic,
                  on_fallback: Callable[[], None] | None = None) -> None:
         self.primary, self.fallback, self.errors = primary, fallback, errors
-        self.retry_s, self.clock, self.on_fallback = retry_s, clock, on_fallback
-        self._down_until = 0.0
+        self.window = pin_window(clock, retry_s, on_fallback)
 
     @property
     def degraded(self) -> bool:
         """True while pins are kept in this process only."""
-        return self.clock() < self._down_until
+        return self.window.degraded
 
     async def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                       valid: Collection[str]) -> tuple[str, bool]:
@@ -95,9 +92,5 @@ class AsyncFallbackPinStore:
             try:
                 return await self.primary.resolve(team, model, conversation_id, candidate, valid)
             except self.errors as exc:
-                log.warning("pin store unreachable, pinning in this process for %.1f s: %s",
-                            self.retry_s, exc.__class__.__name__)
-                self._down_until = self.clock() + self.retry_s
-                if self.on_fallback is not None:
-                    self.on_fallback()
+                self.window.failed("resolve", exc)
         return self.fallback.resolve(team, model, conversation_id, candidate, valid)

@@ -25,7 +25,6 @@ fails open by default for the same reason.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from gateway_ext.bucket_store import (
@@ -36,8 +35,7 @@ from gateway_ext.bucket_store import (
     SettleVerdict,
 )
 from gateway_ext.buckets import BucketState, Reservation
-
-log = logging.getLogger(__name__)
+from gateway_ext.fail_open import FailOpenWindow
 
 StoreErrors = tuple[type[BaseException], ...]
 
@@ -53,23 +51,14 @@ class FallbackBucketStore:
         self.primary = primary
         self.fallback = fallback if fallback is not None else MemoryBucketStore()
         self.errors = errors
-        self.clock = clock
-        self.retry_s = retry_s
-        self.on_fallback = on_fallback
-        self._down_until = float("-inf")
+        self.window = FailOpenWindow("per-process buckets", clock, retry_s, on_fallback)
+        self._failed = self.window.failed
         self._local: set[str] = set()
 
     @property
     def degraded(self) -> bool:
         """True while the shared store is being skipped."""
-        return self.clock() < self._down_until
-
-    def _failed(self, op: str, exc: BaseException) -> None:
-        if not self.degraded:
-            log.warning("bucket store unreachable (%s: %s): per-process buckets for %.1f s",
-                        op, exc.__class__.__name__, self.retry_s)
-        self._down_until = self.clock() + self.retry_s
-        self.on_fallback(op)
+        return self.window.degraded
 
     def reserve(self, key: BucketKey, tokens_per_minute: int, cost: int, reservation_id: str,
                 now: float, ttl_s: float) -> Reservation:

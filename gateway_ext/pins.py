@@ -23,7 +23,6 @@ still valid (and refresh its TTL), else write the candidate; both stores apply
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
@@ -31,9 +30,8 @@ from typing import Protocol
 
 import redis
 
+from gateway_ext.fail_open import FailOpenWindow
 from gateway_ext.versions import settle_pin
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 3600.0
 """A conversation idle this long (seconds) starts afresh: a new split, a new pin."""
@@ -155,6 +153,14 @@ class RedisPinStore:
                                           args=resolve_args(candidate, self.ttl_s, valid)))
 
 
+def pin_window(clock: Callable[[], float], retry_s: float,
+               on_fallback: Callable[[], None] | None) -> FailOpenWindow:
+    """The fail-open window of a pin store (``on_fallback()`` at each failure, if given)."""
+    notify = on_fallback
+    return FailOpenWindow("pins kept in this process", clock, retry_s,
+                          (lambda _op: notify()) if notify is not None else (lambda _op: None))
+
+
 class FallbackPinStore:
     """``primary`` (Redis), falling back to ``fallback`` (memory) for ``retry_s`` seconds after a
     failure of one of ``errors``; ``on_fallback`` is called at each failure."""
@@ -164,13 +170,12 @@ class FallbackPinStore:
                  clock: Callable[[], float] = time.monotonic,
                  on_fallback: Callable[[], None] | None = None) -> None:
         self.primary, self.fallback, self.errors = primary, fallback, errors
-        self.retry_s, self.clock, self.on_fallback = retry_s, clock, on_fallback
-        self._down_until = 0.0
+        self.window = pin_window(clock, retry_s, on_fallback)
 
     @property
     def degraded(self) -> bool:
         """True while pins are kept in this process only."""
-        return self.clock() < self._down_until
+        return self.window.degraded
 
     def resolve(self, team: str, model: str, conversation_id: str, candidate: str,
                 valid: Collection[str]) -> tuple[str, bool]:
@@ -179,9 +184,5 @@ class FallbackPinStore:
             try:
                 return self.primary.resolve(team, model, conversation_id, candidate, valid)
             except self.errors as exc:
-                log.warning("pin store unreachable, pinning in this process for %.1f s: %s",
-                            self.retry_s, exc.__class__.__name__)
-                self._down_until = self.clock() + self.retry_s
-                if self.on_fallback is not None:
-                    self.on_fallback()
+                self.window.failed("resolve", exc)
         return self.fallback.resolve(team, model, conversation_id, candidate, valid)
