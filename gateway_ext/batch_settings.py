@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway_ext.batch_files import MAX_INPUT_BYTES
 from gateway_ext.batch_lines import MAX_LINES
+from gateway_ext.settings import settings_from_env
 from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL
 
 ENV_PREFIX = "MODELFLEET_BATCH_"
@@ -88,17 +89,7 @@ class BatchSettings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> BatchSettings:
         """Settings from ``environ`` (default: ``os.environ``) with ``overrides`` (flags; None
         values are ignored) taking precedence."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None:
-                continue
-            annotation = str(field.annotation)
-            structured = "list" in annotation or "dict" in annotation
-            values[name] = json.loads(raw) if structured else raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
 def team_keys(settings: BatchSettings, dev_keys: Mapping[str, str]) -> dict[str, str]:

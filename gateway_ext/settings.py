@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,31 @@ from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL
 from modelfleet.config.schema import Tier
 
 ENV_PREFIX = "MODELFLEET_GATEWAY_"
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def _structured(annotation: Any) -> bool:
+    """Whether a field of this type is read from its variable as JSON (lists, mappings, and
+    optional ones)."""
+    if get_origin(annotation) in (dict, list, tuple, set):
+        return True
+    return any(_structured(arg) for arg in get_args(annotation))
+
+
+def settings_from_env(cls: type[SettingsT], prefix: str, environ: Mapping[str, str] | None,
+                      overrides: Mapping[str, Any]) -> SettingsT:
+    """``cls`` from ``prefix + FIELD`` variables of ``environ`` (default ``os.environ``; lists and
+    mappings as JSON), with ``overrides`` (flags; None values ignored) taking precedence: what
+    pydantic-settings' ``BaseSettings(env_prefix=...)`` does, for every modelfleet service."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, field in cls.model_fields.items():
+        raw = env.get(prefix + name.upper())
+        if raw is not None:
+            values[name] = json.loads(raw) if _structured(field.annotation) else raw
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls.model_validate(values)
 
 
 class Settings(BaseModel):
@@ -97,13 +122,4 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``environ`` (default: ``os.environ``) with ``overrides`` (flags given
         on the command line; None values are ignored) taking precedence."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None:
-                continue
-            structured = getattr(field.annotation, "__origin__", None) in (dict, list)
-            values[name] = json.loads(raw) if structured else raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
