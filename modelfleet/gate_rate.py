@@ -52,6 +52,19 @@ class Targets:
     max_error_share: float = 0.0
 
 
+def latency_failures(ttft_p95_s: float, slow_share: float, targets: Targets) -> list[str]:
+    """Why a step fails the capacity gate's latency targets (empty: it passes): p95 TTFT
+    (seconds) not under ``targets.ttft_p95_s``, or more than ``targets.max_slow_share`` of the
+    streams under ``targets.stream_tokens_per_s``. The platform's load test and the simulator's
+    capacity drill both judge with it."""
+    why = []
+    if ttft_p95_s >= targets.ttft_p95_s:
+        why.append(f"p95 TTFT {ttft_p95_s:.2f} s >= {targets.ttft_p95_s:g} s")
+    if slow_share > targets.max_slow_share:
+        why.append(f"{slow_share:.0%} of streams under {targets.stream_tokens_per_s:g} tokens/s")
+    return why
+
+
 @dataclass(frozen=True)
 class RateStep:
     """One arrival rate and what the platform did at it, per replica, model time."""
@@ -130,11 +143,8 @@ def summarise(rate_per_s: float, streams: Sequence[StreamSample], pool: Sequence
     held = sum(p.tokens_in_flight for p in seen) / len(seen) / replicas if seen else 0.0
     running = sum(p.running for p in seen) / len(seen) / replicas if seen else 0.0
     slow = sum(r < targets.stream_tokens_per_s for r in rates) / len(rates) if rates else 0.0
-    why = []
-    if (ttft_p95 := p95(ttft)) >= targets.ttft_p95_s:
-        why.append(f"p95 TTFT {ttft_p95:.2f} s >= {targets.ttft_p95_s:g} s")
-    if slow > targets.max_slow_share:
-        why.append(f"{slow:.0%} of streams under {targets.stream_tokens_per_s:g} tokens/s")
+    ttft_p95 = p95(ttft)
+    why = latency_failures(ttft_p95, slow, targets)
     if streams and errors / len(streams) > targets.max_error_share:
         kinds = Counter(s.error or "no token" for s in streams if s.error or not s.token_times_s)
         why.append(f"{errors} of {len(streams)} requests failed ("

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from modelfleet.config.schema import PlatformConfig
+from modelfleet.gate_rate import Targets, latency_failures
 from sim.drill_common import RunOptions, fmt, pool_under_test, table
 from sim.fleet import FleetSpec, Progress, simulate
 from sim.gateway import Routing
@@ -77,6 +78,12 @@ class GateSettings:
     step: float = 0.1
     refine: int = 2
 
+    def targets(self) -> Targets:
+        """The latency targets in the platform gate's form (one pass rule for both)."""
+        return Targets(ttft_p95_s=self.ttft_target_s,
+                       stream_tokens_per_s=self.stream_target_tokens_per_s,
+                       max_slow_share=self.slow_share)
+
 
 def run_capacity(config: PlatformConfig, opts: RunOptions, gate: GateSettings = GateSettings(),
                  progress: Callable[[str], Progress | None] = lambda _label: None) -> CapacityReport:
@@ -108,7 +115,7 @@ def run_capacity(config: PlatformConfig, opts: RunOptions, gate: GateSettings = 
                             sum(sum(s.tokens_in_flight) for s in m.samples) / n,
                             sum(s.engine_running for s in m.samples) / n,
                             hit_rates(m.rows, put.params.block_size)[0],
-                            p95 < gate.ttft_target_s and slow <= gate.slow_share)
+                            not latency_failures(p95, slow, gate.targets()))
 
     steps: dict[float, CapacityStep] = {}
     multiple, failures = gate.start, 0
