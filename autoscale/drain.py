@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from autoscale.settings import DrainPolicy
+from modelfleet.config.autoscaling import DrainPolicy
 from modelfleet.config.schema import Model, Version
 
 __all__ = ["DrainPolicy", "DrainValues", "drain_values", "prestop_s", "slowest_stream_rate",

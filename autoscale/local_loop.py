@@ -27,7 +27,14 @@ from typing import Any, Literal
 from autoscale.drain import drain_values
 from autoscale.hpa import ScalingPolicy
 from autoscale.policy import AutoscalePolicy, scaler_spec
-from autoscale.rule import Decision, Reading, Reason, ScalerSpec, ScalerState, desired_replicas
+from autoscale.rule import (
+    Reading,
+    ScaleDecision,
+    ScaleReason,
+    ScalerSpec,
+    ScalerState,
+    desired_replicas,
+)
 from autoscale.triggers import QUEUE_TRIGGER, TOKENS_TRIGGER, PoolTrigger, pool_triggers, readings
 from modelfleet.config.schema import PlatformConfig, Pool
 
@@ -133,7 +140,7 @@ def replica_changes(desired: int, members: Sequence[Member]) -> Changes:
 class PoolSync:
     """One sync's outcome: the rule's decision, the changes, and what ``status`` shows."""
 
-    decision: Decision
+    decision: ScaleDecision
     changes: Changes
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -159,7 +166,7 @@ def sync_pool(pool: LocalPool, state: ScalerState, members: Sequence[Member], lo
     return PoolSync(decision, changes, report)
 
 
-def trigger_rows(decision: Decision, reads: Sequence[Reading]) -> list[dict[str, Any]]:
+def trigger_rows(decision: ScaleDecision, reads: Sequence[Reading]) -> list[dict[str, Any]]:
     """Per trigger: its value (pool total), target per replica and proposed replicas."""
     proposals = dict(decision.proposals)
     failures = dict(decision.state.failures)
@@ -172,17 +179,17 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
 
 
-def explain(pool: LocalPool, decision: Decision, reads: Sequence[Reading], current: int) -> str:
+def explain(pool: LocalPool, decision: ScaleDecision, reads: Sequence[Reading], current: int) -> str:
     """One line on why the pool wants ``decision.replicas``: the trigger that leads with its
     value against its target, or the stabilisation window, rate policy, fallback or bound."""
     spec, r = pool.spec, decision.reason
     failed = [x.trigger for x in reads if x.value is None]
     lost = {t for t, n in decision.state.failures if n > spec.failure_threshold}
-    if r is Reason.ABOVE_MAX or r is Reason.BELOW_MIN:
+    if r is ScaleReason.ABOVE_MAX or r is ScaleReason.BELOW_MIN:
         return f"{current} outside [{spec.min_replicas}, {spec.max_replicas}]: {r}"
-    if r is Reason.METRICS_MISSING:
+    if r is ScaleReason.METRICS_MISSING:
         return f"read failed: {', '.join(failed)}; holding {current} (no scale-down on partial metrics)"
-    if r in (Reason.ACTIVATED, Reason.DEACTIVATED, Reason.IDLE):
+    if r in (ScaleReason.ACTIVATED, ScaleReason.DEACTIVATED, ScaleReason.IDLE):
         return f"KEDA activation: {r}"
     proposals = {t: p for t, p in decision.proposals if p is not None}
     lead = max(proposals, key=lambda t: proposals[t]) if proposals else None
@@ -214,7 +221,7 @@ def _rate(policies: Sequence[ScalingPolicy]) -> str:
                        for p in policies)
 
 
-def _window_holds(decision: Decision, replicas: int, window_s: float) -> bool:
+def _window_holds(decision: ScaleDecision, replicas: int, window_s: float) -> bool:
     """Whether a recommendation inside the scale-down window is at least ``replicas``."""
     recs = decision.state.recommendations
     if not recs:

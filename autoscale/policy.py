@@ -1,6 +1,6 @@
 """The autoscaling policy (the seed's numbers as defaults) and what it derives for one pool.
 
-The policy is plain data (:mod:`autoscale.settings`: the config's ``autoscaling:`` section, read
+The policy is plain data (:mod:`modelfleet.config.autoscaling`: the config's ``autoscaling:`` section, read
 into ``PlatformConfig.autoscaling``; :func:`policy_from_data` builds it from a mapping), unknown
 keys are errors, and the result is frozen. Every threshold is derived from the version's
 load-tested capacity, never typed in:
@@ -18,8 +18,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from autoscale.hpa import Behavior, ScalingPolicy, ScalingRules
 from autoscale.rule import ScalerSpec
-from autoscale.settings import (
+from modelfleet.config.autoscaling import (
     AutoscalePolicy,
     ColdStart,
     CronPeak,
@@ -71,12 +72,25 @@ def fallback_replicas(pool: Pool, policy: AutoscalePolicy) -> int:
     return min(pool.max_replicas, max(pool.min_replicas, share, 1))
 
 
+def behavior(policy: AutoscalePolicy) -> Behavior:
+    """The HPA behaviour of ``policy``: scale up fast, scale down one step per period after the
+    stabilisation window (seconds)."""
+    up, down = policy.scale_up, policy.scale_down
+    return Behavior(
+        scale_up=ScalingRules(up.stabilization_s, (
+            ScalingPolicy("Percent", up.percent, up.period_s),
+            ScalingPolicy("Pods", up.pods, up.period_s)), "Max"),
+        scale_down=ScalingRules(down.stabilization_s, (
+            ScalingPolicy("Pods", down.pods, down.period_s),), "Min"),
+    )
+
+
 def peaks_for(pool: Pool, policy: AutoscalePolicy) -> tuple[CronPeak, ...]:
     """The peaks that apply to ``pool``, each asking for at most the pool's maximum (a peak
     named by model alone also reaches that model's small canary pools)."""
     return tuple(p if p.desired_replicas <= pool.max_replicas
                  else p.model_copy(update={"desired_replicas": pool.max_replicas})
-                 for p in policy.peaks if p.applies_to(pool))
+                 for p in policy.peaks if p.applies_to(pool.model, pool.version, pool.region))
 
 
 def scaler_spec(pool: Pool, policy: AutoscalePolicy) -> ScalerSpec:
@@ -84,7 +98,7 @@ def scaler_spec(pool: Pool, policy: AutoscalePolicy) -> ScalerSpec:
     return ScalerSpec(
         min_replicas=pool.min_replicas,
         max_replicas=pool.max_replicas,
-        behavior=policy.behavior(),
+        behavior=behavior(policy),
         tolerance=policy.tolerance,
         fallback_replicas=fallback_replicas(pool, policy),
         failure_threshold=policy.fallback.failure_threshold,

@@ -33,7 +33,7 @@ SYNC_PERIOD_S = 15.0
 """The HPA controller's default sync period, seconds."""
 
 
-class Reason(StrEnum):
+class ScaleReason(StrEnum):
     """Why a step chose its replica count."""
 
     SCALED = "scaled"                  # the metrics moved the count
@@ -92,12 +92,12 @@ class ScalerState:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     """A step's result: the replica count to set, why, each trigger's proposal (None when
     its read failed without fallback) and the state for the next step."""
 
     replicas: int
-    reason: Reason
+    reason: ScaleReason
     state: ScalerState
     proposals: tuple[tuple[str, int | None], ...] = field(default=())
 
@@ -141,7 +141,7 @@ def _moved(state: ScalerState, spec: ScalerSpec, current: int, target: int, now_
 
 
 def desired_replicas(spec: ScalerSpec, state: ScalerState, readings: Sequence[Reading],
-                     current: int, now_s: float) -> Decision:
+                     current: int, now_s: float) -> ScaleDecision:
     """One KEDA + HPA sync for one pool: the replica count to set now, and the next state.
 
     ``current`` is the pool's current replica count (the Deployment's ``spec.replicas``);
@@ -157,14 +157,14 @@ def desired_replicas(spec: ScalerSpec, state: ScalerState, readings: Sequence[Re
 
     if spec.min_replicas == 0:
         if current == 0:
-            return Decision(1 if active else 0, Reason.ACTIVATED if active else Reason.IDLE, base)
+            return ScaleDecision(1 if active else 0, ScaleReason.ACTIVATED if active else ScaleReason.IDLE, base)
         if not active and (last_active is None or now_s - last_active > spec.cooldown_s):
-            return Decision(0, Reason.DEACTIVATED, base)
+            return ScaleDecision(0, ScaleReason.DEACTIVATED, base)
     low = max(spec.min_replicas, 1)
     if current > spec.max_replicas or current < low:
         target = min(max(current, low), spec.max_replicas)
-        reason = Reason.ABOVE_MAX if current > spec.max_replicas else Reason.BELOW_MIN
-        return Decision(target, reason, _moved(base, spec, current, target, now_s, base.recommendations))
+        reason = ScaleReason.ABOVE_MAX if current > spec.max_replicas else ScaleReason.BELOW_MIN
+        return ScaleDecision(target, reason, _moved(base, spec, current, target, now_s, base.recommendations))
 
     proposals: list[tuple[str, int | None]] = []
     for r in readings:
@@ -173,7 +173,7 @@ def desired_replicas(spec: ScalerSpec, state: ScalerState, readings: Sequence[Re
                           metric_replicas(r.metric_type, value, r.target, current, spec.tolerance)))
     valid = [p for _, p in proposals if p is not None]
     if not valid or (len(valid) < len(proposals) and max(valid) < current):
-        return Decision(current, Reason.METRICS_MISSING, base, tuple(proposals))
+        return ScaleDecision(current, ScaleReason.METRICS_MISSING, base, tuple(proposals))
 
     proposal = max(valid)
     b = spec.behavior
@@ -181,6 +181,6 @@ def desired_replicas(spec: ScalerSpec, state: ScalerState, readings: Sequence[Re
     target = rate_limit(stabilized, current, low, spec.max_replicas, base.scale_ups, base.scale_downs, b, now_s)
     keep_s = max(b.scale_up.stabilization_window_s, b.scale_down.stabilization_window_s)
     recommendations = (*_prune(base.recommendations, keep_s, now_s), (now_s, proposal))
-    reason = Reason.SCALED if target != current else Reason.UNCHANGED
-    return Decision(target, reason, _moved(base, spec, current, target, now_s, recommendations),
+    reason = ScaleReason.SCALED if target != current else ScaleReason.UNCHANGED
+    return ScaleDecision(target, reason, _moved(base, spec, current, target, now_s, recommendations),
                     tuple(proposals))

@@ -27,8 +27,9 @@ from autoscale.naming import (
     deployment_name,
     pool_name,
 )
-from autoscale.policy import AutoscalePolicy, fallback_replicas
+from autoscale.policy import behavior, fallback_replicas
 from autoscale.triggers import PoolTrigger, pool_triggers
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import PlatformConfig, Pool, Version
 
 DEFAULT_NAMESPACE = "modelfleet"
@@ -99,7 +100,7 @@ def scaled_object(pool: Pool, version: Version, policy: AutoscalePolicy, *,
             },
             "advanced": {
                 "restoreToOriginalReplicaCount": False,
-                "horizontalPodAutoscalerConfig": {"behavior": policy.behavior().to_k8s()},
+                "horizontalPodAutoscalerConfig": {"behavior": behavior(policy).to_k8s()},
             },
             "triggers": [trigger_manifest(t, prometheus_url) for t in triggers],
         },

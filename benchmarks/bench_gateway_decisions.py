@@ -2,7 +2,7 @@
 reserve + admission (:meth:`gateway_ext.decision.GatewayCore.decide`), with the Redis bucket store
 and, as the baseline in the same run, the memory store. Prints figures; never fails on a time.
 
-``redis-async`` is the service's own path with Redis (:class:`gateway_ext.shared_gate.SharedGate`):
+``redis-async`` is the service's own path with Redis (:class:`gateway_ext.shared_lifecycle.SharedLifecycle`):
 ``prepare``, the awaited reservation on the asyncio client (bucket and the shared max_concurrency
 count in one script, through the fail-open store), ``conclude``; ``redis`` is the synchronous store
 the simulator uses.
@@ -31,14 +31,14 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from gateway_ext.admission import PoolAdmission, pool_capacity_tokens
-from gateway_ext.async_fallback_store import AsyncFallbackBucketStore
-from gateway_ext.bucket_store import BucketKey, BucketStore, Concurrency, MemoryBucketStore
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.metering import UsageMeter
+from gateway_ext.limits.admission import PoolAdmission, pool_capacity_tokens
+from gateway_ext.limits.async_fallback_store import AsyncFallbackBucketStore
+from gateway_ext.limits.bucket_store import BucketKey, BucketStore, Concurrency, MemoryBucketStore
+from gateway_ext.limits.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
+from gateway_ext.limits.retry_budget import RetryBudget
+from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.prompt_tokens import BytesEstimator
-from gateway_ext.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
-from gateway_ext.retry_budget import RetryBudget
 from modelfleet.config import PlatformConfig, load_config
 
 REPO = Path(__file__).resolve().parents[1]

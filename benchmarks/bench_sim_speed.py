@@ -26,10 +26,10 @@ from pathlib import Path
 
 from modelfleet.config import load_config
 from replica.engine import Engine, StepResult
-from sim.drill_common import pool_under_test
-from sim.fleet import FleetSpec, simulate
-from sim.gateway import Routing
-from sim.synthetic import CHAT, chat_arrivals
+from sim.drills.common import pool_under_test
+from sim.fleet.gateway import Routing
+from sim.fleet.region import FleetSpec, simulate
+from sim.traces.synthetic import CHAT, chat_arrivals
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,8 @@ from typing import Any
 
 import httpx
 import yaml
-from envoy_control.envoy_process import EnvoyProcess, free_port, start_envoy, stop_envoy
+
+from modelfleet.local.envoy_process import EnvoyProcess, free_port, start_envoy, stop_envoy
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("replica-add", "shadow", "version-add", "replica-remove", "version-remove")

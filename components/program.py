@@ -17,19 +17,19 @@ import pulumi
 import pulumi_aws as aws
 import yaml
 
-from components.addons import Addons, AddonsArgs
-from components.buckets import primary_bucket, region_bucket
+from components.aws.buckets import primary_bucket, region_bucket
+from components.aws.cluster import Cluster, ClusterArgs
+from components.aws.global_routing import GlobalRouting, GlobalRoutingArgs
+from components.aws.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.aws.iam import allow, policy
+from components.aws.weights_bucket import ReplicaTarget, WeightsBucket, WeightsBucketArgs
 from components.capacity import ModelNeed, check_pool_maxima, gpu_demand, region_pools
-from components.cluster import Cluster, ClusterArgs
-from components.control_plane import ControlPlane, ControlPlaneArgs
-from components.gateway import Gateway, GatewayArgs
-from components.global_routing import GlobalRouting, GlobalRoutingArgs
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.iam import allow, policy
-from components.model_pool import ModelPool, ModelPoolArgs
-from components.service_manifests import CONTROL_HTTP_PORT, CONTROL_PLANE
+from components.k8s.addons import Addons, AddonsArgs
+from components.k8s.control_plane import ControlPlane, ControlPlaneArgs
+from components.k8s.gateway import Gateway, GatewayArgs
+from components.k8s.model_pool import ModelPool, ModelPoolArgs
+from components.k8s.service_manifests import CONTROL_HTTP_PORT, CONTROL_PLANE
 from components.settings import StackSettings
-from components.weights_bucket import ReplicaTarget, WeightsBucket, WeightsBucketArgs
 from modelfleet.config import PlatformConfig, load_config
 
 PLACEHOLDER_PASSWORD = "render-placeholder"

@@ -31,21 +31,21 @@ from pathlib import Path
 
 import httpx
 import uvicorn
-from envoy_control.cache import SnapshotCache
+from envoy_control.api.deps import TOKEN_ENV, read_admin_token
+from envoy_control.api.http import create_app
 from envoy_control.cli_args import parse_args, registry_url
-from envoy_control.deps import TOKEN_ENV, read_admin_token
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.prom import PromGuardReader
-from envoy_control.publish import RouterPublisher
-from envoy_control.registry import Registry
-from envoy_control.rollout_driver import RolloutDriver
-from envoy_control.router_state import RouterState, RouterStateError, load_router_state
-from envoy_control.server import start_ads_server
+from envoy_control.registry.store import Registry
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.rollouts.driver import RolloutDriver
+from envoy_control.rollouts.prom import PromGuardReader
+from envoy_control.state.plane import ControlPlane
+from envoy_control.state.publish import RouterPublisher
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.server import start_ads_server
 from sqlalchemy.exc import SQLAlchemyError
 
 from modelfleet.config import ConfigError
+from modelfleet.contract.router_state import RouterState, RouterStateError, load_router_state
 
 __all__ = ["main", "parse_args", "registry_url", "run"]
 

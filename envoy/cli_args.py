@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from envoy_control.deps import TOKEN_ENV
+from envoy_control.api.deps import TOKEN_ENV
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -19,28 +19,34 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway_ext.admission import AdmissionRequest, Decision, Outcome, PoolAdmission, Reason
-from gateway_ext.bucket_store import (
+from gateway_ext.limits.admission import (
+    AdmissionDecision,
+    AdmissionReason,
+    AdmissionRequest,
+    Outcome,
+    PoolAdmission,
+)
+from gateway_ext.limits.bucket_store import (
     BucketKey,
     BucketStore,
     Settlement,
     SettleVerdict,
     reservation_ttl_s,
 )
-from gateway_ext.buckets import Reservation, Verdict
-from gateway_ext.contract import (
+from gateway_ext.limits.buckets import Reservation, Verdict
+from gateway_ext.limits.retry_budget import RetryBudget, fingerprint, retry_after_headers
+from gateway_ext.metering.meter import UsageMeter
+from gateway_ext.prompt_tokens import CachedChatMLEstimator, PromptTokenEstimator
+from gateway_ext.request import DEFAULT_MAX_BODY_BYTES, ChatRequest, header, parse_chat_request
+from modelfleet.config.keys import Authenticated, KeyRing, authorize
+from modelfleet.config.schema import PlatformConfig, TeamLimit
+from modelfleet.contract.errors import ApiError, invalid, rate_limited, shed
+from modelfleet.contract.headers import (
     RESERVATION_HEADER,
     ROUTE_VERSION_HEADER,
     TEAM_HEADER,
     TIER_HEADER,
 )
-from gateway_ext.errors import ApiError, invalid, rate_limited, shed
-from gateway_ext.keys import Authenticated, KeyRing, authorize
-from gateway_ext.metering import UsageMeter
-from gateway_ext.prompt_tokens import CachedChatMLEstimator, PromptTokenEstimator
-from gateway_ext.request import DEFAULT_MAX_BODY_BYTES, ChatRequest, header, parse_chat_request
-from gateway_ext.retry_budget import RetryBudget, fingerprint, retry_after_headers
-from modelfleet.config.schema import PlatformConfig, TeamLimit
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +124,7 @@ class GatewayCore:
 
     def use_config(self, config: PlatformConfig) -> None:
         """Decide on ``config`` from the next request on (team limits published by the control
-        plane: :mod:`gateway_ext.team_limits`); requests already admitted settle as they were."""
+        plane: :mod:`gateway_ext.limits.team_limits`); requests already admitted settle as they were."""
         self.config = config
         self.keys = KeyRing(config.teams)
 
@@ -134,7 +140,7 @@ class GatewayCore:
     def charge(self, auth: Authenticated, req: ChatRequest, print_: str, now: float,
                request_id: str) -> Admitted | Refused:
         """Steps 4-7 at ``now`` (seconds) for a request already authenticated, past the retry
-        check and parsed (the simulator's entry, :mod:`sim.gateway`): the team's limit, the
+        check and parsed (the simulator's entry, :mod:`sim.fleet.gateway`): the team's limit, the
         bucket reservation, :meth:`conclude` (a refusal refunds the reservation)."""
         limit = authorize(auth.team, req.model, req.tier)
         if isinstance(limit, ApiError):
@@ -214,7 +220,7 @@ class GatewayCore:
             request_id, team, req.tier, req.reserve_tokens,
             limit.max_concurrency if max_concurrency is None else max_concurrency,
             limit.guaranteed_share), now)
-        if outcome is None or outcome.decision in (Decision.REJECT_429, Decision.SHED_503):
+        if outcome is None or outcome.decision in (AdmissionDecision.REJECT_429, AdmissionDecision.SHED_503):
             return self._refuse_admission(team, req, version, outcome, print_, now)
         headers = {**res.headers(), ROUTE_VERSION_HEADER: pool_key, TEAM_HEADER: team,
                    TIER_HEADER: req.tier, RESERVATION_HEADER: request_id}
@@ -229,9 +235,9 @@ class GatewayCore:
             return Refused(error.with_headers(retry_after_headers(
                 self.retry.refused(team, print_, 5.0, now))), team, req.model)
         delay = self.retry.refused(team, print_, outcome.retry_after_s, now)
-        if outcome.decision is Decision.REJECT_429:
+        if outcome.decision is AdmissionDecision.REJECT_429:
             self.meter.record_rejected(team, req.model, now, version, req.tier)
-            what = ("open requests (max_concurrency)" if outcome.reason is Reason.MAX_CONCURRENCY
+            what = ("open requests (max_concurrency)" if outcome.reason is AdmissionReason.MAX_CONCURRENCY
                     else "guaranteed share of an overloaded pool")
             error = rate_limited(f"Team '{team}' is over its {what} on '{req.model}'.",
                                  code=str(outcome.reason))

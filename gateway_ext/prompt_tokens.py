@@ -2,14 +2,14 @@
 
 The gateway charges a team's bucket with ``prompt estimate + max_tokens`` before any GPU work and
 settles with the replica's real count afterwards, so an estimate only has to be close; a low
-estimate is charged later (see :mod:`gateway_ext.buckets`).
+estimate is charged later (see :mod:`gateway_ext.limits.buckets`).
 
 An estimator is any callable ``(messages) -> tokens``. A version that ships its tokenizer plugs in
 its own (for example a ``transformers`` tokenizer with the version's chat template); the gateway
 picks one per model name (:func:`estimator_for`).
 
 * :data:`SIMULATED_CHATML` (the default) counts exactly as the simulated replica does: its
-  tokenizer and ChatML template from :mod:`replica.tokens`, so estimate == the replica's
+  tokenizer and ChatML template from :mod:`modelfleet.contract.tokens`, so estimate == the replica's
   ``usage.prompt_tokens`` in the local stack. :class:`CachedChatMLEstimator` gives the same count
   with a per-message memo (the tokenizer's regex costs about 0.2 us per token, most of a decision).
 * :class:`BytesEstimator` is a tokenizer-free estimate for a model whose tokenizer the gateway
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from replica import tokens
+from modelfleet.contract import tokens
 
 
 @dataclass(frozen=True, slots=True)

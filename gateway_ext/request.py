@@ -1,5 +1,5 @@
 """From the raw body bytes and headers of ``POST /v1/chat/completions`` to a typed
-:class:`ChatRequest`, or an :class:`~gateway_ext.errors.ApiError` (400/404/413).
+:class:`ChatRequest`, or an :class:`~modelfleet.contract.errors.ApiError` (400/404/413).
 
 Checks, in order: body size (413), JSON object (400), ``model`` known as ``name`` or
 ``name@vN`` (404), ``messages`` (400), ``max_tokens``/``max_completion_tokens``, ``n`` and
@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_ext.errors import ApiError, invalid, not_found, too_large
 from gateway_ext.prompt_tokens import (
     SIMULATED_CHATML,
     Message,
@@ -29,6 +28,7 @@ from gateway_ext.prompt_tokens import (
     estimator_for,
 )
 from modelfleet.config.schema import TIERS, Model, PlatformConfig, Tier, Version
+from modelfleet.contract.errors import ApiError, invalid, not_found, too_large
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """Largest accepted body, in bytes (1 MiB)."""

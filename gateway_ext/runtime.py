@@ -1,10 +1,10 @@
 """Everything the service runs on, built from :class:`~gateway_ext.settings.Settings` in named
-steps: config -> bucket store -> pools -> pin store -> router -> core -> gate, plus the usage
+steps: config -> bucket store -> pools -> pin store -> router -> core -> lifecycle, plus the usage
 flusher and the metrics registry. Nothing global: the app factory
 (:func:`gateway_ext.service.create_app`) receives it and starts the router feed and
 :meth:`Runtime.background`.
 
-With Redis the gate is a :class:`~gateway_ext.shared_gate.SharedGate`: buckets, the
+With Redis the lifecycle is a :class:`~gateway_ext.shared_lifecycle.SharedLifecycle`: buckets, the
 ``max_concurrency`` count and the conversation pins on the asyncio client (fail open to memory),
 pool capacity split between the live gateway processes (heartbeat) and settles of other
 processes' reservations announced.
@@ -31,26 +31,26 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway_ext.async_fallback_store import AsyncFallbackBucketStore
-from gateway_ext.async_pins import AsyncFallbackPinStore, AsyncRedisPinStore
-from gateway_ext.bucket_store import BucketKey, BucketStore, MemoryBucketStore
-from gateway_ext.buckets import BucketState
 from gateway_ext.decision import GatewayCore
-from gateway_ext.fallback_store import FallbackBucketStore
-from gateway_ext.gate import Gate
-from gateway_ext.gateway_peers import GatewayPeers
-from gateway_ext.metering import UsageMeter, UsageRow
+from gateway_ext.lifecycle import RequestLifecycle
+from gateway_ext.limits.async_fallback_store import AsyncFallbackBucketStore
+from gateway_ext.limits.bucket_store import BucketKey, BucketStore, MemoryBucketStore
+from gateway_ext.limits.buckets import BucketState
+from gateway_ext.limits.fallback_store import FallbackBucketStore
+from gateway_ext.limits.pools import make_pools, pool_capacities, replicas_per_version
+from gateway_ext.limits.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
+from gateway_ext.limits.redis_pipelining import ScriptPipeline
+from gateway_ext.limits.retry_budget import RetryBudget
+from gateway_ext.metering.meter import UsageMeter, UsageRow
+from gateway_ext.metering.spool import FlushResult, UsageFlusher, UsageSpool
+from gateway_ext.metering.store import UsageStore
 from gateway_ext.metrics import GatewayMetrics, make_metrics
-from gateway_ext.pins import FallbackPinStore, MemoryPinStore, PinStore, RedisPinStore
-from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
-from gateway_ext.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
-from gateway_ext.redis_pipelining import ScriptPipeline
-from gateway_ext.retry_budget import RetryBudget
-from gateway_ext.routing import Picking, Router, RoutingPolicy
+from gateway_ext.routing.async_pins import AsyncFallbackPinStore, AsyncRedisPinStore
+from gateway_ext.routing.peers import GatewayPeers
+from gateway_ext.routing.pins import FallbackPinStore, MemoryPinStore, PinStore, RedisPinStore
+from gateway_ext.routing.router import Picking, Router, RoutingPolicy
 from gateway_ext.settings import Settings
-from gateway_ext.shared_gate import SharedGate
-from gateway_ext.usage_spool import FlushResult, UsageFlusher, UsageSpool
-from gateway_ext.usage_store import UsageStore
+from gateway_ext.shared_lifecycle import SharedLifecycle
 from modelfleet.config import PlatformConfig, load_config
 
 log = logging.getLogger(__name__)
@@ -58,11 +58,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Runtime:
-    """The gate, the usage flusher and the metrics registry of one gateway process."""
+    """The lifecycle, the usage flusher and the metrics registry of one gateway process."""
 
     settings: Settings
     config: PlatformConfig
-    gate: Gate
+    lifecycle: RequestLifecycle
     flusher: UsageFlusher
     usage_store: UsageStore
     registry: CollectorRegistry
@@ -75,16 +75,16 @@ class Runtime:
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """The loops the service runs while it serves: with Redis, the heartbeat (live gateways
         -> capacity shares) and the release channel (other processes' settles)."""
-        gate, peers = self.gate, self.peers
-        if peers is None or not isinstance(gate, SharedGate):
+        lifecycle, peers = self.lifecycle, self.peers
+        if peers is None or not isinstance(lifecycle, SharedLifecycle):
             return []
-        return [peers.run_heartbeat(gate.set_live_gateways),
-                peers.run_releases(gate.release_foreign, self.settings.redis_retry_s)]
+        return [peers.run_heartbeat(lifecycle.set_live_gateways),
+                peers.run_releases(lifecycle.release_foreign, self.settings.redis_retry_s)]
 
     def store_degraded(self) -> bool:
         """True while the buckets fail open to this process's memory."""
-        gate = self.gate
-        store: object = gate.astore if isinstance(gate, SharedGate) else gate.core.store
+        lifecycle = self.lifecycle
+        store: object = lifecycle.astore if isinstance(lifecycle, SharedLifecycle) else lifecycle.core.store
         return bool(getattr(store, "degraded", False))
 
     def release_channel(self) -> str | None:
@@ -95,13 +95,13 @@ class Runtime:
 
     def live_gateways(self) -> int:
         """Gateway processes sharing the pools (1 without Redis)."""
-        return self.gate.live_gateways if isinstance(self.gate, SharedGate) else 1
+        return self.lifecycle.live_gateways if isinstance(self.lifecycle, SharedLifecycle) else 1
 
     async def bucket_state(self, key: BucketKey) -> BucketState | None:
         """A bucket's stored state (awaited on Redis)."""
-        if isinstance(self.gate, SharedGate):
-            return await self.gate.astore.bucket_state(key)
-        return self.gate.core.store.bucket_state(key)
+        if isinstance(self.lifecycle, SharedLifecycle):
+            return await self.lifecycle.astore.bucket_state(key)
+        return self.lifecycle.core.store.bucket_state(key)
 
     async def aclose(self) -> None:
         """Leave the live gateways and close the asyncio Redis client (at shutdown)."""
@@ -111,7 +111,7 @@ class Runtime:
 
     async def flush(self) -> FlushResult:
         """Drain the meter (on the loop), then spool and write it from a worker thread."""
-        rows = self.gate.core.meter.drain()
+        rows = self.lifecycle.core.meter.drain()
         return await asyncio.to_thread(self._write, time.time(), rows)
 
     def _write(self, now: float, rows: list[UsageRow]) -> FlushResult:
@@ -134,7 +134,7 @@ class Runtime:
 def make_store(settings: Settings, metrics: GatewayMetrics
                ) -> tuple[BucketStore, list[Callable[[], None]], redis.Redis | None]:
     """Memory buckets, or Redis buckets that fail open to memory (see
-    :mod:`gateway_ext.fallback_store`); returns the store, what closes it and the Redis client."""
+    :mod:`gateway_ext.limits.fallback_store`); returns the store, what closes it and the Redis client."""
     if settings.redis_url is None:
         return MemoryBucketStore(), [], None
     client = redis.Redis.from_url(
@@ -179,7 +179,7 @@ def make_async_pins(settings: Settings, client: redis.asyncio.Redis,
 
 def make_pins(settings: Settings, client: redis.Redis | None) -> PinStore:
     """Conversation pins on the sync path: in this process, or in Redis (shared by every gateway
-    process) with this process's memory while Redis is down. The service's shared gate awaits
+    process) with this process's memory while Redis is down. The service's shared lifecycle awaits
     :func:`make_async_pins` instead."""
     memory = MemoryPinStore(settings.pin_ttl_s, settings.pin_max_entries)
     if client is None:
@@ -221,15 +221,15 @@ def build_runtime(settings: Settings, config: PlatformConfig | None = None,
         "on_end": router.release}
     peers: GatewayPeers | None = None
     if settings.redis_url is None:
-        gate = Gate(core, metrics, clock, **hooks)
+        lifecycle = RequestLifecycle(core, metrics, clock, **hooks)
     else:
         astore, peers, router.async_pins = make_shared(settings, metrics, clock)
         core.store = astore.fallback  # every hot path awaits astore; no sync Redis call
-        gate = SharedGate(core, metrics, clock, astore, peers,
+        lifecycle = SharedLifecycle(core, metrics, clock, astore, peers,
                           choose_version=router.choose_version_async, **hooks)
     for key in pools:
         metrics.observe_pool(key, pools[key].view())
     usage_store = UsageStore(settings.usage_db_url, settings.usage_table_prefix)
     flusher = UsageFlusher(meter, usage_store, UsageSpool(settings.spool))
-    return Runtime(settings, config, gate, flusher, usage_store, registry, router, closers,
+    return Runtime(settings, config, lifecycle, flusher, usage_store, registry, router, closers,
                    peers=peers)

@@ -4,7 +4,7 @@ Routes (on the gateway's own port; Envoy never routes clients here):
 
 | method | path | what |
 |---|---|---|
-| any | ``/authz/<client path>`` | ext_authz check (see :mod:`gateway_ext.contract`) |
+| any | ``/authz/<client path>`` | ext_authz check (see :mod:`modelfleet.contract.headers`) |
 | POST | ``/v1/settle`` | replicas' real usage: one :class:`SettleBody` or ``{"reports": [...]}`` |
 | GET | ``/metrics`` | Prometheus text |
 | GET | ``/health`` | ``{status, queued, running, bucket_store}`` |
@@ -34,14 +34,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from gateway_ext.bucket_store import BucketKey
-from gateway_ext.buckets import refill, to_ms
-from gateway_ext.contract import AUTHZ_PATH_PREFIX, CHAT_PATH, SETTLE_PATH, SHED_STATUS
 from gateway_ext.decision import Admitted, Refused
-from gateway_ext.errors import ApiError
-from gateway_ext.gate import UsageReport
-from gateway_ext.router_feed import RouterFeed
+from gateway_ext.lifecycle import UsageReport
+from gateway_ext.limits.bucket_store import BucketKey
+from gateway_ext.limits.buckets import refill, to_ms
+from gateway_ext.routing.feed import RouterFeed
 from gateway_ext.runtime import Runtime
+from modelfleet.contract.errors import ApiError
+from modelfleet.contract.headers import AUTHZ_PATH_PREFIX, CHAT_PATH, SETTLE_PATH, SHED_STATUS
 
 log = logging.getLogger(__name__)
 
@@ -94,17 +94,17 @@ def create_app(runtime: Runtime) -> FastAPI:
     """The service over ``runtime``; its lifespan runs the queue timer, the usage flush loop and
     the router feed (state file at once, then the control plane's long poll), and flushes once
     more at shutdown."""
-    gate = runtime.gate
+    lifecycle = runtime.lifecycle
     settings = runtime.settings
     client = httpx.AsyncClient()
     feed = RouterFeed.over_http(
-        runtime.router, gate, client, settings.control_plane_url,
+        runtime.router, lifecycle, client, settings.control_plane_url,
         state_file=settings.router_state_file, write_file=settings.router_state_write,
         wait_s=settings.router_poll_wait_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(gate.run_timer(), name="gateway-timer"),
+        tasks = [asyncio.create_task(lifecycle.run_timer(), name="gateway-timer"),
                  asyncio.create_task(_flush_loop(runtime), name="gateway-flush"),
                  asyncio.create_task(feed.run(), name="gateway-router-feed"),
                  *[asyncio.create_task(loop) for loop in runtime.background()]]
@@ -130,16 +130,16 @@ def create_app(runtime: Runtime) -> FastAPI:
         headers = dict(request.headers)
         if request.method == "POST" and path == CHAT_PATH:
             body = await request.body()
-            result = await gate.check(headers, body,
+            result = await lifecycle.check(headers, body,
                                       gone=lambda: wait_disconnect(request.receive))
             return decision_response(result)
-        auth = gate.core.keys.authenticate(headers.get("authorization"))
+        auth = lifecycle.core.keys.authenticate(headers.get("authorization"))
         return error_response(auth) if isinstance(auth, ApiError) else Response(status_code=200)
 
     app.add_route(AUTHZ_PATH_PREFIX + "/{path:path}", authz, methods=METHODS)
 
     async def settle_one(body: SettleBody) -> dict[str, Any]:
-        settlement = await gate.settle_async(UsageReport(**body.model_dump()))
+        settlement = await lifecycle.settle_async(UsageReport(**body.model_dump()))
         return {"reservation_id": body.reservation_id, "verdict": str(settlement.verdict),
                 "reserved_tokens": settlement.reserved_tokens,
                 "remaining_tokens": settlement.remaining_tokens}
@@ -152,9 +152,9 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        gate.observe_pools()
+        lifecycle.observe_pools()
         age = runtime.router.view()["age_s"]
-        gate.record.metrics.router_state_age.set(-1 if age is None else age)
+        lifecycle.record.metrics.router_state_age.set(-1 if age is None else age)
         return Response(generate_latest(runtime.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
@@ -162,7 +162,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         degraded = runtime.store_degraded()
         router = runtime.router
         state = router.state
-        return {"status": "ok", "queued": gate.queued, "running": gate.running,
+        return {"status": "ok", "queued": lifecycle.queued, "running": lifecycle.running,
                 "bucket_store": "fallback" if degraded else "ok",
                 "live_gateways": runtime.live_gateways(),
                 "release_channel": runtime.release_channel(),
@@ -177,7 +177,7 @@ def create_app(runtime: Runtime) -> FastAPI:
 
 
 def _add_debug_routes(app: FastAPI, runtime: Runtime) -> None:
-    core = runtime.gate.core
+    core = runtime.lifecycle.core
 
     @app.get("/v1/debug/buckets/{team}/{model}")
     async def bucket(team: str, model: str) -> dict[str, Any]:
@@ -186,7 +186,7 @@ def _add_debug_routes(app: FastAPI, runtime: Runtime) -> None:
         if limit is None:
             raise HTTPException(404, f"team {team!r} has no limit on {model!r}")
         state = await runtime.bucket_state(BucketKey(team, model))
-        now = refill(state, limit.tokens_per_minute, to_ms(runtime.gate.clock()))
+        now = refill(state, limit.tokens_per_minute, to_ms(runtime.lifecycle.clock()))
         return {"team": team, "model": model, "tokens_per_minute": limit.tokens_per_minute,
                 "remaining_tokens": now.tokens, "touched": state is not None}
 

@@ -17,9 +17,9 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway_ext.contract import MAX_BODY_BYTES
-from gateway_ext.usage_store import DEFAULT_TABLE_PREFIX, DEFAULT_URL
 from modelfleet.config.schema import Tier
+from modelfleet.contract.headers import MAX_BODY_BYTES
+from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL
 
 ENV_PREFIX = "MODELFLEET_GATEWAY_"
 

@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# vLLM with the modelfleet middleware (`vllm serve --middleware replica.middleware.ModelfleetMiddleware`).
+# vLLM with the modelfleet middleware (`vllm serve --middleware replica_middleware.middleware.ModelfleetMiddleware`).
 # The tag is pinned: v0.30.0 has --shutdown-timeout (draining) and --middleware.
 # Build from the repository root:
 #   docker build -f images/vllm.Dockerfile -t <registry>/vllm:<tag> .
@@ -20,8 +20,8 @@ COPY components/ components/
 # middleware uses; the project's other dependencies (Pulumi, Envoy, ...) have no place here and
 # must not move vLLM's pins. The import check fails the build if the middleware is missing.
 RUN pip install --no-deps . \
- && python3 -c "from replica.middleware import ModelfleetMiddleware"
+ && python3 -c "from replica_middleware.middleware import ModelfleetMiddleware"
 
-# The IaC sets the command: vllm serve /weights/<model>/<version> ... (components/engine_args.py)
+# The IaC sets the command: vllm serve /weights/<model>/<version> ... (components/k8s/engine_args.py)
 ENTRYPOINT []
 CMD ["vllm", "serve", "--help"]

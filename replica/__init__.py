@@ -5,7 +5,7 @@ Pure parts, shared with the discrete-event simulator (no I/O, no asyncio, time f
 - ``replica.params``: ``EngineParams`` (plain numbers per model version), presets, step-time model
 - ``replica.engine``: ``Engine``, stepped by a driver; ``EngineRequest``, ``StepResult``, ``EngineStats``
 - ``replica.kv_cache``: ``BlockPool``, KV blocks with an LRU prefix cache
-- ``replica.tokens``, ``replica.generation``: simulated tokenizer, chat template, deterministic answers
+- ``modelfleet.contract.tokens``, ``replica.generation``: simulated tokenizer, chat template, deterministic answers
 - ``replica.workload``: the seed's request shape and a closed-loop load test in model time
 
 The edges: ``replica.server.create_app`` (the ASGI app), ``replica.driver`` (the engine against

@@ -6,7 +6,7 @@
         [--settle-url http://127.0.0.1:8090/v1/settle] \\
         [--control-plane-url http://127.0.0.1:8081 --advertise-host 127.0.0.1] [--debug]
 
-The engine's app runs inside the modelfleet middleware (``replica.middleware``), as real vLLM does
+The engine's app runs inside the modelfleet middleware (``replica_middleware.middleware``), as real vLLM does
 with ``--middleware``: flags that are not given fall back to the same ``MODELFLEET_*`` variables.
 """
 
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import uvicorn
 
 from replica.chat import ReplicaConfig
-from replica.middleware_settings import MiddlewareSettings
 from replica.params import PRESETS, params_from_json, preset
 from replica.server import serve_app
+from replica_middleware.settings import MiddlewareSettings
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from replica import tokens
+from modelfleet.contract import tokens
 from replica.driver import EngineDead, EngineDriver, RequestHandle
 from replica.engine import EngineRequest
 from replica.generation import OutputPlan, plan_output
@@ -142,7 +142,7 @@ class _EngineStream(StreamingResponse):
 
 class ChatHandler:
     """Serves chat completions from one engine driver. Usage reporting, held headers and the
-    final event are the modelfleet middleware's (:mod:`replica.middleware`), as with real vLLM."""
+    final event are the modelfleet middleware's (:mod:`replica_middleware.middleware`), as with real vLLM."""
 
     def __init__(self, config: ReplicaConfig, driver: EngineDriver,
                  on_finish: Callable[[str], None] | None = None) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from replica.tokens import EOS_TOKEN_ID, digest, token_id
+from modelfleet.contract.tokens import EOS_TOKEN_ID, digest, token_id
 
 MIN_NATURAL_TOKENS = 100
 MAX_NATURAL_TOKENS = 500

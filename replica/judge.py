@@ -6,7 +6,7 @@ gate's judge prompt answers ``SCORE: N`` (N from 1 to 10) and a sentence of reas
 makes the simulated replica answer in that same form, so the gate cannot tell them apart.
 
 The judge prompt is recognised by :data:`JUDGE_MARKER` in a system message (the gate's prompt,
-``modelfleet.gate_judge.JUDGE_SYSTEM``, carries it). The user message holds the sections
+``modelfleet.release.judge.JUDGE_SYSTEM``, carries it). The user message holds the sections
 ``QUESTION:``, ``REFERENCE:`` and ``ANSWER:``, each running to the next section. The score:
 
 * with a reference: ``1 + round(9 x coverage)``, coverage being the share of the reference's
@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from modelfleet.contract.tokens import EOS_TOKEN_ID, pieces, token_id
 from replica.generation import OutputPlan
-from replica.tokens import EOS_TOKEN_ID, pieces, token_id
 
 JUDGE_MARKER = "[modelfleet-judge/1]"
 """Present in the system message of a judge prompt."""

@@ -8,7 +8,7 @@ the modelled GPU would measure, whatever ``--time-scale`` the simulation runs at
 ``vllm:request_success_total{finished_reason}`` counts requests that left the engine, as vLLM's
 V1 engine does: ``stop`` (end token or stop string), ``length`` (``max_tokens`` or the context
 reached), ``abort`` (the client left, or the engine failed, before the last token). The rollout
-guard's error rate is the share of ``abort`` (``rules/guard.yml``, ``envoy_control.prom``).
+guard's error rate is the share of ``abort`` (``rules/guard.yml``, ``envoy_control.rollouts.prom``).
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from replica.clock import ManualClock
 from replica.driver import EngineDriver
 from replica.engine import Engine
 from replica.metrics import ReplicaMetrics
-from replica.middleware import ModelfleetMiddleware
-from replica.middleware_settings import MiddlewareSettings
 from replica.protocol import ChatCompletionRequest, error_body, models_body
+from replica_middleware.middleware import ModelfleetMiddleware
+from replica_middleware.settings import MiddlewareSettings
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def _add_debug_routes(app: FastAPI, replica: Replica) -> None:
 def serve_app(config: ReplicaConfig, settings: MiddlewareSettings,
               wall: Callable[[], float] = time.monotonic) -> FastAPI:
     """The replica as it runs: the engine's app wrapped in the modelfleet middleware (what
-    ``vllm serve --middleware replica.middleware.ModelfleetMiddleware`` runs)."""
+    ``vllm serve --middleware replica_middleware.middleware.ModelfleetMiddleware`` runs)."""
     app = create_app(config, wall)
     app.add_middleware(ModelfleetMiddleware, settings=settings)
     return app

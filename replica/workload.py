@@ -17,15 +17,15 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from replica.clock import ManualClock
-from replica.engine import Engine, EngineRequest
-from replica.params import EngineParams
-from replica.tokens import (
+from modelfleet.contract.tokens import (
     GENERATION_PROMPT_TOKENS,
     MESSAGE_OVERHEAD_TOKENS,
     block_hashes,
     chat_prompt_ids,
 )
+from replica.clock import ManualClock
+from replica.engine import Engine, EngineRequest
+from replica.params import EngineParams
 
 _VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "north", "south", "east", "west", "red", "green", "blue", "amber", "river", "stone", "cloud", "field", "market", "ledger", "harbor", "signal", "engine"]
 

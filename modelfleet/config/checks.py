@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from modelfleet.config.hardware import (
     GB,
@@ -19,13 +18,10 @@ from modelfleet.config.hardware import (
     weights_bytes,
 )
 from modelfleet.config.keyhash import hash_key
-from modelfleet.config.problems import Problem
+from modelfleet.config.problems import Origins, Problem
 from modelfleet.config.schema import PlatformConfig, Version
 
-if TYPE_CHECKING:
-    from modelfleet.config.load import Origins
-
-Check = Callable[[PlatformConfig, "Origins"], Iterable[Problem]]
+Check = Callable[[PlatformConfig, Origins], Iterable[Problem]]
 
 
 def _duplicates(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
@@ -199,7 +195,7 @@ def _autoscaling(cfg: PlatformConfig, where: Origins) -> Iterable[Problem]:
             yield Problem(at("peaks", i, "version"), f"{peak.model}@{peak.version} is not a declared version")
         elif peak.region is not None and cfg.regions and peak.region not in cfg.regions:
             yield Problem(at("peaks", i, "region"), f"region {peak.region!r} is not in regions {list(cfg.regions)}")
-        elif cfg.pools and not any(peak.applies_to(p) for p in cfg.pools):
+        elif cfg.pools and not any(peak.applies_to(p.model, p.version, p.region) for p in cfg.pools):
             yield Problem(at("peaks", i), f"peak {peak.name!r} applies to no pool", "warning")
 
 

@@ -7,16 +7,16 @@ the line and the field path, and all of them are reported, not only the first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from autoscale.settings import AutoscalePolicy
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.checks import cross_check
-from modelfleet.config.problems import ItemOrigin, Location, Problem, join_path
+from modelfleet.config.problems import ItemOrigin, Location, Origins, Problem, join_path
 from modelfleet.config.rollout import RolloutSettings
 from modelfleet.config.schema import LocalStack, Model, PlatformConfig, Pool, Team, Version
 
@@ -36,17 +36,6 @@ class ConfigError(Exception):
         self.problems = problems
         errors = [p for p in problems if p.severity == "error"]
         super().__init__(f"{len(errors)} error(s) in config:\n" + "\n".join(map(str, errors)))
-
-
-@dataclass
-class Origins:
-    """Where each item of each section came from, in :class:`PlatformConfig` order."""
-
-    items: dict[str, list[ItemOrigin]] = field(default_factory=dict)
-
-    def of(self, section: str, index: int) -> ItemOrigin:
-        """Origin of item ``index`` of ``section`` (as ordered in the loaded config)."""
-        return self.items[section][index]
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,14 @@ def parent_path(path: str) -> str:
     if path.endswith("]"):
         return path[: path.rindex("[")]
     return path[: path.rindex(".")] if "." in path else ""
+
+
+@dataclass
+class Origins:
+    """Where each item of each section came from, in :class:`PlatformConfig` order."""
+
+    items: dict[str, list[ItemOrigin]] = field(default_factory=dict)
+
+    def of(self, section: str, index: int) -> ItemOrigin:
+        """Origin of item ``index`` of ``section`` (as ordered in the loaded config)."""
+        return self.items[section][index]

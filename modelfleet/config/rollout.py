@@ -1,7 +1,7 @@
 """The ``rollout:`` config section: the guard's rollback thresholds and the stages with their holds.
 
 The defaults are the seed's canary rules and stages; the control plane's rollout controller
-(``envoy_control.rollout.policy_from_config``) reads this section at every rollout start (its
+(``envoy_control.rollouts.controller.policy_from_config``) reads this section at every rollout start (its
 flags ``--rollout-hold``, ``--guard-window``, ``--guard-min-requests`` still override it)::
 
     rollout:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from autoscale.settings import AutoscalePolicy  # imports nothing of modelfleet.config
+from modelfleet.config.autoscaling import AutoscalePolicy  # imports nothing of modelfleet.config
 from modelfleet.config.hardware import GPU_TYPES
 from modelfleet.config.rollout import RolloutSettings
 

@@ -43,12 +43,12 @@ from autoscale.local_loop import (
 from autoscale.local_loop import sync_pool as plan_sync
 from autoscale.rule import ScalerState
 from modelfleet.config import PlatformConfig
+from modelfleet.config.local_plan import ReplicaPlan, replica_counts
 from modelfleet.local import processes as proc
 from modelfleet.local.autoscaler_children import answers_health, kill_child, member_plan
 from modelfleet.local.autoscaler_env import MIN_PRESTOP_WALL_S, prepare_options, replica_env
 from modelfleet.local.autoscaler_readings import gateway_queue_depths, pool_load
 from modelfleet.local.autoscaler_view import AUTOSCALE_FILE
-from modelfleet.local.plan import ReplicaPlan, replica_counts
 from modelfleet.local.stack import HOST, LocalStack, register_replica
 from modelfleet.local.state import write_state
 

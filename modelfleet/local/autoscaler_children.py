@@ -9,9 +9,9 @@ import signal
 
 import httpx
 
+from modelfleet.config.local_plan import ReplicaPlan
 from modelfleet.local import processes as proc
 from modelfleet.local.launch import HOST
-from modelfleet.local.plan import ReplicaPlan
 
 
 def kill_child(child: proc.Child) -> None:

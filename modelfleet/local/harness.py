@@ -131,9 +131,9 @@ def postgres_stack(cwd: Path, config: Path, postgres_url: str, usage_prefix: str
     afterwards: stopped with SIGINT (exit 0), no child left, the usage tables and the stack's batch
     tables (``MODELFLEET_BATCH_TABLE_PREFIX``, else the usage prefix) dropped. The scaffolding
     of the live tests that need a second stack with a temporary config."""
-    from gateway_ext.batch_store import BatchStore
-    from gateway_ext.batch_uploads import UploadStore
-    from gateway_ext.usage_store import UsageStore
+    from batch.store import BatchStore
+    from batch.uploads import UploadStore
+    from gateway_ext.metering.store import UsageStore
 
     env = {"MODELFLEET_GATEWAY_FLUSH_INTERVAL_S": "0.5",
            "MODELFLEET_GATEWAY_USAGE_TABLE_PREFIX": usage_prefix, **(env or {})}

@@ -53,8 +53,9 @@ def start_envoy(options: StackOptions, children: list[proc.Child], log_dir: Path
                 gateway: proc.Child, say: Any) -> proc.Child:
     """Render Envoy's bootstrap (xDS from the control plane ``cp``, ext_authz to ``gateway``, the
     batch service when ``children`` has one), start Envoy and wait until it is live."""
-    from envoy_control.bootstrap import render_bootstrap
-    from envoy_control.envoy_process import envoy_argv
+    from envoy_control.resources.bootstrap import render_bootstrap
+
+    from modelfleet.local.envoy_process import envoy_argv
 
     admin_port = proc.free_port()
     boot = render_bootstrap(
@@ -158,7 +159,7 @@ def register_replica(cp_url: str, replica_id: str, model: str, version: str, hos
 
 def settle_url(gateway: proc.Child) -> str:
     """The gateway's settle endpoint, which replicas post their usage to."""
-    from gateway_ext.contract import SETTLE_PATH
+    from modelfleet.contract.headers import SETTLE_PATH
 
     return f"http://{HOST}:{gateway.port}{SETTLE_PATH}"
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.config.local_plan import ReplicaPlan, replica_plan
 from modelfleet.local import processes as proc
 from modelfleet.local.launch import (
     HOST,
@@ -40,7 +41,6 @@ from modelfleet.local.launch import (
     wait_serving,
     write_admin_token,
 )
-from modelfleet.local.plan import ReplicaPlan, replica_plan
 from modelfleet.local.replicas import gateway_argv, replica_argv
 
 __all__ = ["BIND_ATTEMPTS", "HOST", "READY_TIMEOUT_S", "LocalStack", "StackOptions", "redact_password",
@@ -164,7 +164,7 @@ class LocalStack:
         """The batch service (API and worker in one process) on the usage database (SQLite in
         WAL mode with a busy timeout when it is a file), sending lines through Envoy with the dev
         keys; ``file://`` URIs under ``state_dir/batches/<team>/``, uploads in ``state_dir/uploads``."""
-        from gateway_ext.batch_main import batch_service_argv
+        from batch.service import batch_service_argv
 
         port, state = proc.free_port(), opts.state_dir.resolve()
         for team in cfg.teams:

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autoscale.cron import next_fire, parse_cron, window_active
+from autoscale.cron import next_fire, window_active
+from modelfleet.config.cron import parse_cron
 
 DUBLIN = "Europe/Dublin"
 MORNING = ("50 7 * * 1-5", "0 11 * * 1-5")  # weekdays 07:50-11:00 local

@@ -25,7 +25,7 @@ from autoscale.local_loop import (
     sync_period_wall_s,
     sync_pool,
 )
-from autoscale.rule import Reason, ScalerState
+from autoscale.rule import ScaleReason, ScalerState
 from modelfleet.config.schema import PlatformConfig, Pool
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)  # no peak declared: cron plays no part
@@ -134,7 +134,7 @@ def test_scale_down_between_steps_names_the_rate_policy(pool: LocalPool) -> None
 
 def test_a_failed_read_holds_the_pool_and_says_so(pool: LocalPool) -> None:
     step = sync_pool(pool, ScalerState(), serving(3), PoolLoad(None, None, 4), 0.0, AT)
-    assert (step.decision.replicas, step.decision.reason) == (3, Reason.METRICS_MISSING)
+    assert (step.decision.replicas, step.decision.reason) == (3, ScaleReason.METRICS_MISSING)
     assert step.report["why"].startswith("read failed: tokens-in-flight, queue-depth; holding 3")
     rows = {r["trigger"]: r for r in step.report["triggers"]}
     assert rows["tokens-in-flight"]["value"] is None and rows["tokens-in-flight"]["failures"] == 1

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from autoscale.policy import (
-    AutoscalePolicy,
+    behavior,
     fallback_replicas,
     peaks_for,
     policy_from_data,
@@ -16,6 +16,7 @@ from autoscale.policy import (
     scaler_spec,
     tokens_threshold,
 )
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import PlatformConfig, Pool, Version
 
 PEAK = {"name": "eu-morning", "timezone": "Europe/Dublin", "start": "50 7 * * 1-5",
@@ -92,5 +93,5 @@ def test_peaks_filter_pools_and_respect_their_maximum(example_config: PlatformCo
 def test_scaler_spec(chat_pool: Pool, policy: AutoscalePolicy) -> None:
     spec = scaler_spec(chat_pool, policy)
     assert (spec.min_replicas, spec.max_replicas, spec.fallback_replicas) == (6, 16, 16)
-    assert spec.behavior == policy.behavior()
+    assert spec.behavior == behavior(policy)
     assert (spec.failure_threshold, spec.tolerance) == (3, 0.1)

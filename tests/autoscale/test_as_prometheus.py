@@ -19,7 +19,7 @@ import yaml
 
 from autoscale.policy import AutoscalePolicy, scaler_spec
 from autoscale.promconfig import ReplicaTarget, prometheus_config
-from autoscale.rule import Reason, ScalerState, desired_replicas
+from autoscale.rule import ScaleReason, ScalerState, desired_replicas
 from autoscale.scaledobject import scaled_object
 from autoscale.triggers import pool_triggers, readings
 from modelfleet.config.schema import PlatformConfig, Pool, Version
@@ -94,7 +94,7 @@ def test_scaled_object_queries_drive_the_rule(
     values = {name: query(promql) for name, promql in queries.items()}
     decision = desired_replicas(scaler_spec(chat_pool, policy), ScalerState(),
                                 readings(triggers, values, datetime.now(UTC)), 6, 0.0)
-    assert (decision.replicas, decision.reason) == (8, Reason.SCALED)
+    assert (decision.replicas, decision.reason) == (8, ScaleReason.SCALED)
 
     # A gauge moves: the engines' queue jumps to 60 + 20 = 80 -> ceil(80 / 8) = 10 replicas,
     # the fast trigger (no gateway series yet: the gateway's part counts 0).
@@ -127,4 +127,4 @@ def test_scaled_object_queries_drive_the_rule(
     decision = desired_replicas(scaler_spec(reason, policy), ScalerState(),
                                 readings(pool_triggers(reason, reason_version, policy, NAMESPACE),
                                          values, datetime.now(UTC)), 3, 0.0)
-    assert (decision.replicas, decision.reason) == (3, Reason.METRICS_MISSING)
+    assert (decision.replicas, decision.reason) == (3, ScaleReason.METRICS_MISSING)

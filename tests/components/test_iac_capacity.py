@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.capacity import CapacityError, check_pool_maxima, gpu_demand, model_needs
-from components.engine_args import QUANTIZATION, precision_args
+from components.k8s.engine_args import QUANTIZATION, precision_args
 from modelfleet.config import PlatformConfig
 
 

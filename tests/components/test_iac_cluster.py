@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from components.addons import Addons, AddonsArgs
-from components.cluster import Cluster, ClusterArgs
-from components.network import subnet_plan
+from components.aws.cluster import Cluster, ClusterArgs
+from components.aws.network import subnet_plan
+from components.k8s.addons import Addons, AddonsArgs
 from components.testing import Build, inputs, objects
 
 

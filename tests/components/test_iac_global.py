@@ -6,9 +6,9 @@ import pulumi
 import pulumi_aws as aws
 import pytest
 
-from components.global_routing import GlobalRouting, GlobalRoutingArgs
+from components.aws.global_routing import GlobalRouting, GlobalRoutingArgs
+from components.aws.weights_bucket import ReplicaTarget, WeightsBucket, WeightsBucketArgs
 from components.testing import Build, inputs
-from components.weights_bucket import ReplicaTarget, WeightsBucket, WeightsBucketArgs
 
 REGIONS = ["us-east-1", "eu-west-1"]
 

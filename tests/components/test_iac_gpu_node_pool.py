@@ -7,9 +7,9 @@ import base64
 
 import pytest
 
+from components.aws.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.aws.gpu_types import GPU_INSTANCES
 from components.capacity import GpuDemand
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.gpu_types import GPU_INSTANCES
 from components.testing import Build, inputs, objects
 from components.validation import invalid_objects
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from autoscale.naming import pod_labels
-from components.model_pool import ModelPool, ModelPoolArgs
+from components.k8s.model_pool import ModelPool, ModelPoolArgs
 from components.settings import Images
 from components.testing import Build, objects, pool_of
 from components.validation import invalid_objects
@@ -61,7 +61,7 @@ def test_70b_int8_on_two_gpus(build: Build, config: PlatformConfig, images: Imag
     assert args[args.index("--served-model-name") + 1: args.index("--served-model-name") + 3] == \
         ["reason-70b", "reason-70b@v1"]
     assert "--enable-prefix-caching" in args
-    assert _flag(args, "--middleware") == "replica.middleware.ModelfleetMiddleware"
+    assert _flag(args, "--middleware") == "replica_middleware.middleware.ModelfleetMiddleware"
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert engine["resources"]["requests"]["nvidia.com/gpu"] == "2"
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from envoy_control.batch_route import BATCH_CLUSTER
-from envoy_control.ext_authz import GATEWAY_CLUSTER
+from envoy_control.resources.batch import BATCH_CLUSTER
+from envoy_control.resources.ext_authz import GATEWAY_CLUSTER
 
-from components.control_plane import ControlPlane, ControlPlaneArgs
-from components.gateway import Gateway, GatewayArgs
+from components.k8s.control_plane import ControlPlane, ControlPlaneArgs
+from components.k8s.gateway import Gateway, GatewayArgs
 from components.program import config_files
 from components.settings import Images
 from components.testing import Build, inputs, objects
@@ -59,7 +59,7 @@ def test_batch_service_sends_through_envoy_and_keeps_its_uploads(build: Build, i
     assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
     (c,) = spec["template"]["spec"]["containers"]
     args = c["args"]
-    assert c["command"] == ["python", "-m", "gateway_ext.batch_main"]
+    assert c["command"] == ["python", "-m", "batch"]
     assert args[args.index("--api-base-url") + 1] == \
         "http://envoy.modelfleet.svc.cluster.local:8080/v1"
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}

@@ -23,8 +23,12 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-from envoy_control.bootstrap import write_bootstrap
-from envoy_control.envoy_process import (
+from envoy_control.registry.store import Registry
+from envoy_control.resources.bootstrap import write_bootstrap
+from envoy_control.state.replicas import Replica
+
+from modelfleet.config import PlatformConfig, load_config
+from modelfleet.local.envoy_process import (
     EnvoyProcess,
     envoy_argv,
     envoy_binary,
@@ -32,10 +36,6 @@ from envoy_control.envoy_process import (
     stop_envoy,
     wait_live,
 )
-from envoy_control.registry import Registry
-from envoy_control.replicas import Replica
-
-from modelfleet.config import PlatformConfig, load_config
 from modelfleet.testing import require_postgres
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.registry import Registry
-from envoy_control.snapshot import CLUSTER
+from envoy_control.api.http import create_app
+from envoy_control.registry.store import Registry
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 from modelfleet.config import ConfigError, load_config

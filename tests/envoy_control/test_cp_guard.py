@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from envoy_control.guard import GuardThresholds, Outcome, VersionMetrics, judge
+from envoy_control.rollouts.guard import GuardThresholds, Outcome, VersionMetrics, judge
 
 LIVE = VersionMetrics(requests=1000, error_rate=0.010, ttft_p95_s=0.50, output_tokens_mean=300.0,
                       refusal_rate=0.02)

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-from envoy_control.envoy_process import free_port
 
 from gateway_ext.runtime import Runtime, build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.local.envoy_process import free_port
 
 pytestmark = pytest.mark.live
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from envoy_control.guard import GuardVerdict, Outcome, VersionMetrics, judge
-from envoy_control.rollout import (
+from envoy_control.rollouts.controller import (
     Phase,
     ReleasePool,
     RolloutPolicy,
@@ -14,6 +13,7 @@ from envoy_control.rollout import (
     begin,
     default_stages,
 )
+from envoy_control.rollouts.guard import GuardVerdict, Outcome, VersionMetrics, judge
 
 POLICY = RolloutPolicy(stages=default_stages(hold_s=600), keep_old_s=86_400)
 GOOD = VersionMetrics(requests=1000, error_rate=0.01, ttft_p95_s=0.5, output_tokens_mean=300)

@@ -29,16 +29,16 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.guard import GuardThresholds
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.prom import PromGuardReader
-from envoy_control.registry import Registry
-from envoy_control.rollout import Phase, RolloutPolicy, default_stages
-from envoy_control.rollout_driver import RolloutDriver
-from envoy_control.snapshot import CLUSTER
+from envoy_control.api.http import create_app
+from envoy_control.registry.store import Registry
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.rollouts.controller import Phase, RolloutPolicy, default_stages
+from envoy_control.rollouts.driver import RolloutDriver
+from envoy_control.rollouts.guard import GuardThresholds
+from envoy_control.rollouts.prom import PromGuardReader
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 from autoscale.promconfig import ReplicaTarget, prometheus_config

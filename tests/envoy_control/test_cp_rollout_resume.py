@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.guard import VersionMetrics
-from envoy_control.plane import ControlPlane
-from envoy_control.registry import Registry
-from envoy_control.rollout import Phase, RolloutPolicy, default_stages
-from envoy_control.rollout_driver import RolloutDriver
-from envoy_control.rollout_resume import Unresumable, resume
+from envoy_control.registry.store import Registry
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.rollouts.controller import Phase, RolloutPolicy, default_stages
+from envoy_control.rollouts.driver import RolloutDriver
+from envoy_control.rollouts.guard import VersionMetrics
+from envoy_control.rollouts.resume import Unresumable, resume
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 ROLLOUT_YAML = """\

@@ -10,18 +10,18 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
-from envoy_control.clusters import DEFAULT_HEALTH, HEALTH_PATH, make_cluster
-from envoy_control.desired import ListenerSpec, build_resources
-from envoy_control.routes import make_route_action
-from envoy_control.snapshot import LISTENER
+from envoy_control.resources.build import ListenerSpec, build_resources
+from envoy_control.resources.clusters import DEFAULT_HEALTH, HEALTH_PATH, make_cluster
+from envoy_control.resources.routes import make_route_action
+from envoy_control.xds.snapshot import LISTENER
 
-from gateway_ext.contract import (
+from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import (
     DESTINATION_HEADER,
     RESERVATION_HEADER,
     SHADOW_HEADER,
     UPSTREAM_HEADERS,
 )
-from modelfleet.config import PlatformConfig
 
 
 def test_the_cluster_follows_the_gateways_pick_else_its_ring() -> None:

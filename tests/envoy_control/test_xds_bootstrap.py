@@ -7,8 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from envoy_control.bootstrap import XDS_CLUSTER, render_bootstrap, write_bootstrap
-from envoy_control.envoy_process import envoy_argv, envoy_binary
+from envoy_control.resources.bootstrap import XDS_CLUSTER, render_bootstrap, write_bootstrap
+
+from modelfleet.local.envoy_process import envoy_argv, envoy_binary
 
 
 def test_bootstrap_points_ads_at_the_control_plane() -> None:

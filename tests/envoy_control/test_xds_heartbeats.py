@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from envoy_control.cache import SnapshotCache
-from envoy_control.deps import admin_access
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.publish import RouterPublisher
-from envoy_control.replicas import Replica
-from envoy_control.router_state import load_router_state
-from envoy_control.snapshot import CLUSTER, ENDPOINT, ROUTE
+from envoy_control.api.deps import admin_access
+from envoy_control.api.http import create_app
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.state.plane import ControlPlane
+from envoy_control.state.publish import RouterPublisher
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, ROUTE
 from fastapi import HTTPException
 from fastapi.testclient import TestClient
+
+from modelfleet.contract.router_state import load_router_state
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock

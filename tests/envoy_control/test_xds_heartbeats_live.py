@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from envoy_control.envoy_process import EnvoyProcess
-from envoy_control.router_state import RouterState, load_router_state
+
+from modelfleet.contract.router_state import RouterState, load_router_state
+from modelfleet.local.envoy_process import EnvoyProcess
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import Beater, ControlPlaneProcess, Upstream

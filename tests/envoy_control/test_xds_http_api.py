@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import DEBUG_INVALID_CLUSTER, create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.snapshot import CLUSTER
+from envoy_control.api.http import DEBUG_INVALID_CLUSTER, create_app
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -20,22 +20,22 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import yaml
-from envoy_control.cache import SnapshotCache
-from envoy_control.clusters import seconds
-from envoy_control.desired import ListenerSpec, build_resources
-from envoy_control.envoy_process import (
+from envoy_control.api.http import DEBUG_INVALID_CLUSTER
+from envoy_control.resources.build import ListenerSpec, build_resources
+from envoy_control.resources.clusters import seconds
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.server import start_ads_server
+from envoy_control.xds.snapshot import CLUSTER, new_snapshot
+
+from modelfleet.config import load_config
+from modelfleet.local.envoy_process import (
     EnvoyProcess,
     config_dump,
     dumped_versions,
     start_envoy,
     stop_envoy,
 )
-from envoy_control.http_api import DEBUG_INVALID_CLUSTER
-from envoy_control.replicas import Replica
-from envoy_control.server import start_ads_server
-from envoy_control.snapshot import CLUSTER, new_snapshot
-
-from modelfleet.config import load_config
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import Check, ControlPlaneProcess, Upstream

@@ -6,11 +6,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
-from envoy_control.beat_book import BeatBook
-from envoy_control.beats import BeatRecord, BeatRules, Heartbeat, prefix_tokens, record_beat
-from envoy_control.pool_state import pool_states, routable_ids, silent_ids, why_not_routable
-from envoy_control.replicas import Replica
-from envoy_control.router_state import PoolRoute, RoutableReplica, RouterState
+from envoy_control.state.beat_book import BeatBook
+from envoy_control.state.beats import BeatRecord, BeatRules, Heartbeat, prefix_tokens, record_beat
+from envoy_control.state.pool_state import pool_states, routable_ids, silent_ids, why_not_routable
+from envoy_control.state.replicas import Replica
+
+from modelfleet.contract.router_state import PoolRoute, RoutableReplica, RouterState
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock

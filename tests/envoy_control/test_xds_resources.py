@@ -16,18 +16,18 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
 from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
-from envoy_control.body_filter import BODY_INVALID, REQUEST_METADATA
-from envoy_control.body_routes import canary_weights
-from envoy_control.bootstrap import render_bootstrap
-from envoy_control.desired import ListenerSpec, build_resources, unroutable_replicas
-from envoy_control.ext_authz import GATEWAY_CLUSTER
-from envoy_control.replicas import Replica
-from envoy_control.routes import CONVERSATION_HEADER, UPSTREAM_HEADERS
-from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from envoy_control.resources.body_filter import BODY_INVALID, REQUEST_METADATA
+from envoy_control.resources.body_routes import canary_weights
+from envoy_control.resources.bootstrap import render_bootstrap
+from envoy_control.resources.build import ListenerSpec, build_resources, unroutable_replicas
+from envoy_control.resources.ext_authz import GATEWAY_CLUSTER
+from envoy_control.resources.routes import CONVERSATION_HEADER, UPSTREAM_HEADERS
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
-from gateway_ext.contract import MAX_BODY_BYTES, SHED_STATUS
-from gateway_ext.contract import UPSTREAM_HEADERS as GATEWAY_HEADERS
 from modelfleet.config import PlatformConfig, Shadow
+from modelfleet.contract.headers import MAX_BODY_BYTES, SHED_STATUS
+from modelfleet.contract.headers import UPSTREAM_HEADERS as GATEWAY_HEADERS
 
 
 def _build(config: PlatformConfig, replicas: list[Replica]) -> dict[str, list]:  # type: ignore[type-arg]

@@ -10,20 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from envoy_control.beats import BeatRules, Heartbeat, record_beat
-from envoy_control.pool_state import pool_states
-from envoy_control.publish import RouterPublisher, build_router_state
-from envoy_control.replicas import Replica
-from envoy_control.router_poller import RouterStatePoller, is_newer
-from envoy_control.router_state import (
+from envoy_control.state.beats import BeatRules, Heartbeat, record_beat
+from envoy_control.state.pool_state import pool_states
+from envoy_control.state.publish import RouterPublisher, build_router_state
+from envoy_control.state.replicas import Replica
+
+from gateway_ext.routing.poller import RouterStatePoller, is_newer
+from modelfleet.config import PlatformConfig
+from modelfleet.contract.router_state import (
     RouterState,
     RouterStateError,
     load_router_state,
     parse_router_state,
     write_router_state,
 )
-
-from modelfleet.config import PlatformConfig
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock

@@ -9,12 +9,12 @@ import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from envoy_control.cache import SnapshotCache
-from envoy_control.clusters import seconds
-from envoy_control.desired import ListenerSpec, build_resources
-from envoy_control.replicas import Replica
-from envoy_control.server import start_ads_server
-from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, new_snapshot
+from envoy_control.resources.build import ListenerSpec, build_resources
+from envoy_control.resources.clusters import seconds
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.server import start_ads_server
+from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, new_snapshot
 
 from modelfleet.config import PlatformConfig
 

@@ -6,14 +6,25 @@ from __future__ import annotations
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_pb2
-from envoy_control.cache import SnapshotCache
-from envoy_control.clusters import make_cluster, make_load_assignment
-from envoy_control.consistency import InconsistentSnapshot, check_consistent, consistency_problems
-from envoy_control.desired import ListenerSpec, build_resources
-from envoy_control.listeners import make_listener
-from envoy_control.replicas import Replica
-from envoy_control.routes import AliasRoute, make_route_config
-from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, new_snapshot, same_resources
+from envoy_control.resources.build import ListenerSpec, build_resources
+from envoy_control.resources.clusters import make_cluster, make_load_assignment
+from envoy_control.resources.listeners import make_listener
+from envoy_control.resources.routes import AliasRoute, make_route_config
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.cache import SnapshotCache
+from envoy_control.xds.consistency import (
+    InconsistentSnapshot,
+    check_consistent,
+    consistency_problems,
+)
+from envoy_control.xds.snapshot import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    new_snapshot,
+    same_resources,
+)
 from google.protobuf.message import Message
 
 from modelfleet.config import PlatformConfig

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
-from envoy_control.clusters import seconds
-from envoy_control.desired import ListenerSpec, build_resources
-from envoy_control.replicas import Replica
-from envoy_control.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, new_snapshot
-from envoy_control.sotw import SotwStream
-from envoy_control.status import XdsStatus
+from envoy_control.resources.build import ListenerSpec, build_resources
+from envoy_control.resources.clusters import seconds
+from envoy_control.state.replicas import Replica
+from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, new_snapshot
+from envoy_control.xds.sotw import SotwStream
+from envoy_control.xds.status import XdsStatus
 from google.rpc import status_pb2
 
 from modelfleet.config import PlatformConfig

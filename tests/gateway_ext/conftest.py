@@ -1,4 +1,4 @@
-"""Fixtures of the gateway_ext tests: the repository's config, real Redis and real Postgres.
+"""Fixtures of the gateway_ext tests: real Redis (the config and Postgres are in tests/conftest.py).
 
 Redis and Postgres are the machine's (``MODELFLEET_TEST_REDIS_URL``, ``MODELFLEET_TEST_POSTGRES_URL``
 override the defaults). When one is missing its tests fail under ``CI=true`` and skip otherwise.
@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from modelfleet.config import PlatformConfig, load_config
-from modelfleet.testing import require_postgres
-
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MODELFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -27,20 +24,6 @@ def _missing(what: str, exc: Exception) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
-
-
-@pytest.fixture(scope="session")
-def platform_config() -> PlatformConfig:
-    """The repository's declared config (config/*.yaml)."""
-    return load_config(REPO / "config").config
-
-
-@pytest.fixture(scope="session")
-def dev_keys(platform_config: PlatformConfig) -> dict[str, str]:
-    """Team -> dev key, from the config's ``local.dev_keys``."""
-    found = dict(platform_config.local.dev_keys)
-    assert found, "no dev keys in config/local.yaml"
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -72,15 +55,3 @@ def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
     keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)
-
-
-@pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """The URL of a reachable Postgres (fails under CI=true, skips otherwise, when unreachable)."""
-    return require_postgres()
-
-
-@pytest.fixture
-def table_prefix() -> str:
-    """A table-name prefix of this test alone (the store's ``drop_tables`` removes its tables)."""
-    return f"gwt_{uuid.uuid4().hex[:10]}_"

@@ -14,9 +14,9 @@ import time
 
 import redis
 
-from gateway_ext.bucket_store import BucketKey
-from gateway_ext.buckets import Verdict
-from gateway_ext.redis_buckets import RedisBucketStore
+from gateway_ext.limits.bucket_store import BucketKey
+from gateway_ext.limits.buckets import Verdict
+from gateway_ext.limits.redis_buckets import RedisBucketStore
 
 
 def main(argv: list[str]) -> None:

@@ -16,9 +16,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from gateway_ext.bucket_store import BucketKey, BucketStore, MemoryBucketStore, SettleVerdict
-from gateway_ext.buckets import UNITS_PER_TOKEN, Verdict
-from gateway_ext.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
+from gateway_ext.limits.bucket_store import BucketKey, BucketStore, MemoryBucketStore, SettleVerdict
+from gateway_ext.limits.buckets import UNITS_PER_TOKEN, Verdict
+from gateway_ext.limits.redis_buckets import AsyncRedisBucketStore, RedisBucketStore
 
 TPM = 600  # 10 tokens per second
 TTL_S = 120.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_ext.buckets import (
+from gateway_ext.limits.buckets import (
     MAX_TOKENS_PER_MINUTE,
     UNITS_PER_TOKEN,
     BucketState,

@@ -12,13 +12,19 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from gateway_ext.admission import AdmissionConfig, Decision, PoolAdmission, PoolView, Reason
-from gateway_ext.bucket_store import BucketKey, BucketStore, MemoryBucketStore, SettleVerdict
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.metering import UsageMeter
+from gateway_ext.limits.admission import (
+    AdmissionConfig,
+    AdmissionDecision,
+    AdmissionReason,
+    PoolAdmission,
+    PoolView,
+)
+from gateway_ext.limits.bucket_store import BucketKey, BucketStore, MemoryBucketStore, SettleVerdict
+from gateway_ext.limits.redis_buckets import RedisBucketStore
+from gateway_ext.limits.retry_budget import RetryBudget, RetryBudgetConfig
+from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.metrics import make_metrics
-from gateway_ext.redis_buckets import RedisBucketStore
-from gateway_ext.retry_budget import RetryBudget, RetryBudgetConfig
 from modelfleet.config import PlatformConfig
 
 NOW = 1_700_000_000.0
@@ -61,7 +67,7 @@ def test_an_admitted_request_carries_its_route_and_limits(
                          body(max_tokens=100), NOW, "req-1")
     assert isinstance(result, Admitted)
     assert (result.pool, result.team, result.outcome.decision) == ("chat-7b@v13", "search",
-                                                                   Decision.ADMIT)
+                                                                   AdmissionDecision.ADMIT)
     assert result.request.reserve_tokens == PROMPT + 100
     assert result.headers == {
         "x-ratelimit-limit-tokens": "6000000", "x-ratelimit-remaining-tokens": str(6_000_000 - 107),
@@ -127,10 +133,10 @@ def test_an_admission_refusal_refunds_the_reservation(
     assert isinstance(first, Admitted)
     after_first = store.bucket_state(BucketKey("search", "chat-7b"))
     second = core.decide(auth(key), body(max_tokens=100), NOW, "r2")
-    assert refused(second) == (429, str(Reason.ABOVE_SHARE))
+    assert refused(second) == (429, str(AdmissionReason.ABOVE_SHARE))
     assert store.bucket_state(BucketKey("search", "chat-7b")) == after_first
     queued = core.decide(auth(dev_keys["support"]), body(max_tokens=200), NOW, "r3")
-    assert isinstance(queued, Admitted) and queued.outcome.decision is Decision.QUEUE
+    assert isinstance(queued, Admitted) and queued.outcome.decision is AdmissionDecision.QUEUE
 
     settlement, admitted = core.finish(first, PROMPT, 0, 40, NOW + 5)
     assert (settlement.verdict, settlement.reserved_tokens) == (SettleVerdict.SETTLED, PROMPT + 900)
@@ -148,7 +154,7 @@ def test_a_queued_request_that_leaves_is_refunded(
     assert isinstance(running, Admitted)
     before = store.bucket_state(BucketKey("support", "chat-7b"))
     waiting = core.decide(auth(dev_keys["support"]), body(max_tokens=100), NOW, "r2")
-    assert isinstance(waiting, Admitted) and waiting.outcome.decision is Decision.QUEUE
+    assert isinstance(waiting, Admitted) and waiting.outcome.decision is AdmissionDecision.QUEUE
     assert core.abandon(waiting, NOW, shed=True) == []  # same instant: no refill hides it
     state = store.bucket_state(BucketKey("support", "chat-7b"))
     assert before is None and state is not None and state.level == 3_000_000 * 60_000

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway_ext.bucket_store import BucketKey, MemoryBucketStore, Settlement, SettleVerdict
-from gateway_ext.buckets import BucketState, Reservation, Verdict
-from gateway_ext.fallback_store import FallbackBucketStore
+from gateway_ext.limits.bucket_store import BucketKey, MemoryBucketStore, Settlement, SettleVerdict
+from gateway_ext.limits.buckets import BucketState, Reservation, Verdict
+from gateway_ext.limits.fallback_store import FallbackBucketStore
 
 KEY = BucketKey("search", "chat-7b")
 

@@ -7,9 +7,16 @@ import re
 
 import pytest
 
-from gateway_ext.errors import ApiError, ErrorType
-from gateway_ext.keys import Authenticated, KeyRing, authorize, bearer_token, generate_key, hash_key
 from modelfleet.config import PlatformConfig, Team, TeamLimit
+from modelfleet.config.keys import (
+    Authenticated,
+    KeyRing,
+    authorize,
+    bearer_token,
+    generate_key,
+    hash_key,
+)
+from modelfleet.contract.errors import ApiError, ErrorType
 
 
 def test_hash_key_is_the_config_form() -> None:

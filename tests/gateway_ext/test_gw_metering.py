@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway_ext.metering import UsageCounts, UsageKey, UsageMeter, UsageRow, merge_rows
-from gateway_ext.usage_spool import Batch, UsageFlusher, UsageSpool
-from gateway_ext.usage_store import UsageStore
+from gateway_ext.metering.meter import UsageCounts, UsageKey, UsageMeter, UsageRow, merge_rows
+from gateway_ext.metering.spool import Batch, UsageFlusher, UsageSpool
+from gateway_ext.metering.store import UsageStore
 
 T0 = 1_700_000_040.0  # 1_700_000_040 is a minute start
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from gateway_ext.metering import UsageCounts, UsageKey, UsageMeter, UsageRow
-from gateway_ext.usage_spool import UsageSpool
-from gateway_ext.usage_store import UsageStore
+from gateway_ext.metering.meter import UsageCounts, UsageKey, UsageMeter, UsageRow
+from gateway_ext.metering.spool import UsageSpool
+from gateway_ext.metering.store import UsageStore
 
 T0 = 1_700_000_040  # a minute start
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_ext.picking import (
+from gateway_ext.routing.picking import (
     Pick,
     PickReason,
     build_ring,

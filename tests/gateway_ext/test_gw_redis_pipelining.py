@@ -1,4 +1,4 @@
-"""Auto-pipelining of script calls (gateway_ext.redis_pipelining) on the real Redis: calls in
+"""Auto-pipelining of script calls (gateway_ext.limits.redis_pipelining) on the real Redis: calls in
 flight together share one round trip and each gets its own reply; errors stay per call."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway_ext.bucket_store import BucketKey
-from gateway_ext.buckets import Verdict
-from gateway_ext.redis_buckets import AsyncRedisBucketStore
-from gateway_ext.redis_pipelining import ScriptPipeline
+from gateway_ext.limits.bucket_store import BucketKey
+from gateway_ext.limits.buckets import Verdict
+from gateway_ext.limits.redis_buckets import AsyncRedisBucketStore
+from gateway_ext.limits.redis_pipelining import ScriptPipeline
 
 INCR = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
 FAIL = "return redis.error_reply('ERR refused by the script')"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from gateway_ext.errors import ApiError, ErrorType
 from gateway_ext.prompt_tokens import (
     BytesEstimator,
     CachedChatMLEstimator,
@@ -18,7 +17,8 @@ from gateway_ext.prompt_tokens import (
 )
 from gateway_ext.request import ChatRequest, parse_chat_request
 from modelfleet.config import PlatformConfig
-from replica import tokens
+from modelfleet.contract import tokens
+from modelfleet.contract.errors import ApiError, ErrorType
 
 HELLO = [{"role": "user", "content": "Hello, world!"}]
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway_ext.retry_budget import (
+from gateway_ext.limits.retry_budget import (
     RetryBudget,
     RetryBudgetConfig,
     RetryCheck,

@@ -13,12 +13,12 @@ import httpx
 import pytest
 import redis
 
-from gateway_ext.contract import SHED_STATUS
+from gateway_ext.metering.store import UsageStore
 from gateway_ext.runtime import Runtime, build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
-from gateway_ext.usage_store import UsageStore
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import SHED_STATUS
 
 CHAT = {"model": "chat-7b", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi!"}]}
 PROMPT = 7
@@ -122,7 +122,7 @@ async def test_a_settle_refunds_and_shows_in_metrics_and_the_debug_bucket(
         pools = (await client.get("/v1/debug/pools")).json()
         assert pools["chat-7b@v13"]["in_flight_tokens"] == 0
         assert (await client.get("/health")).json()["running"] == 0
-        assert runtime.gate.running == 0
+        assert runtime.lifecycle.running == 0
     async with serve(settings(debug=False), platform_config) as (client, _):
         assert (await client.get("/v1/debug/pools")).status_code == 404
 

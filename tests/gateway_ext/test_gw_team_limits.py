@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from envoy_control.admin_changes import limit_changes
-from envoy_control.overrides import apply
-from envoy_control.publish import build_router_state
-from envoy_control.router_state import (
+from envoy_control.state.changes import limit_changes
+from envoy_control.state.overrides import apply
+from envoy_control.state.publish import build_router_state
+
+from gateway_ext.decision import Admitted, Refused
+from gateway_ext.limits.team_limits import with_team_limits
+from gateway_ext.routing.feed import RouterFeed
+from gateway_ext.runtime import build_runtime
+from gateway_ext.settings import Settings
+from modelfleet.config import PlatformConfig, TeamLimit
+from modelfleet.contract.router_state import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
@@ -21,14 +28,7 @@ from envoy_control.router_state import (
     parse_router_state,
     write_router_state,
 )
-from envoy_control.router_teams import TeamLimitRoute, TeamRoute
-
-from gateway_ext.decision import Admitted, Refused
-from gateway_ext.router_feed import RouterFeed
-from gateway_ext.runtime import build_runtime
-from gateway_ext.settings import Settings
-from gateway_ext.team_limits import with_team_limits
-from modelfleet.config import PlatformConfig, TeamLimit
+from modelfleet.contract.router_teams import TeamLimitRoute, TeamRoute
 
 CHAT = {"model": "chat-7b", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi!"}]}
 
@@ -98,8 +98,8 @@ def test_a_gateway_decides_on_the_published_limits(
     write_router_state(tmp_path / "state.json", state((search(6_000_000),)))
     runtime = build_runtime(settings(tmp_path, router_state_file=tmp_path / "state.json"),
                             platform_config, clock=lambda: 100.0)
-    feed = RouterFeed(runtime.router, runtime.gate, None, state_file=tmp_path / "state.json")
-    core = runtime.gate.core
+    feed = RouterFeed(runtime.router, runtime.lifecycle, None, state_file=tmp_path / "state.json")
+    core = runtime.lifecycle.core
     headers = {"authorization": f"Bearer {dev_keys['search']}", "x-priority": "interactive"}
 
     def decide(request_id: str, now: float = 100.0) -> Admitted | Refused:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway_ext.metering import UsageMeter, merge_rows
-from gateway_ext.usage_spool import UsageFlusher, UsageSpool
-from gateway_ext.usage_store import UsageStore
+from gateway_ext.metering.meter import UsageMeter, merge_rows
+from gateway_ext.metering.spool import UsageFlusher, UsageSpool
+from gateway_ext.metering.store import UsageStore
 from modelfleet.local.processes import free_port
 
 T0 = 1_700_000_040.0

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from gateway_ext.pools import make_pools, pool_capacities, replicas_per_version
+from gateway_ext.limits.pools import make_pools, pool_capacities, replicas_per_version
 from gateway_ext.request import ChatRequest, parse_chat_request
-from gateway_ext.versions import choose_version, split_point, version_chooser
+from gateway_ext.routing.versions import choose_version, split_point, version_chooser
 from modelfleet.config import PlatformConfig
 from modelfleet.config.schema import Canary
 

@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from envoy_control.router_state import (
+
+from gateway_ext.runtime import build_runtime
+from gateway_ext.service import create_app
+from gateway_ext.settings import Settings
+from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import DESTINATION_HEADER
+from modelfleet.contract.router_state import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
     write_router_state,
 )
-
-from gateway_ext.contract import DESTINATION_HEADER
-from gateway_ext.runtime import build_runtime
-from gateway_ext.service import create_app
-from gateway_ext.settings import Settings
-from modelfleet.config import PlatformConfig
 
 CHAT = {"model": "chat-7b", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi!"}]}
 
@@ -64,8 +64,8 @@ async def test_a_gateway_started_while_the_control_plane_is_down_routes_on_the_f
     hosts = r.headers[DESTINATION_HEADER].split(",")
     assert len(hosts) == 2 and all(h.startswith("10.1.0.1:900") for h in hosts)
     assert runtime.router.source == "file"
-    assert runtime.gate.core.pools["chat-7b@v13"].capacity_tokens == 2 * 112_000
-    assert runtime.gate.core.pools["chat-7b@v14"].capacity_tokens == 0
+    assert runtime.lifecycle.core.pools["chat-7b@v13"].capacity_tokens == 2 * 112_000
+    assert runtime.lifecycle.core.pools["chat-7b@v14"].capacity_tokens == 0
 
 
 async def test_without_file_or_control_plane_the_config_decides_and_envoy_picks(
@@ -94,15 +94,15 @@ class FakeControlPlane:
 
 async def test_the_feed_follows_the_control_plane_and_keeps_the_last_state_when_it_is_down(
         tmp_path: Path, platform_config: PlatformConfig, dev_keys: dict[str, str]) -> None:
-    from gateway_ext.router_feed import RouterFeed
+    from gateway_ext.routing.feed import RouterFeed
 
     runtime = build_runtime(settings(tmp_path, router_state_file=None), platform_config)
     cp = FakeControlPlane()
-    feed = RouterFeed(runtime.router, runtime.gate, cp, wait_s=0.01)
-    runtime.gate.set_capacity("chat-7b@v13", 0)  # no replica yet: requests queue
+    feed = RouterFeed(runtime.router, runtime.lifecycle, cp, wait_s=0.01)
+    runtime.lifecycle.set_capacity("chat-7b@v13", 0)  # no replica yet: requests queue
     body = json.dumps(CHAT).encode()
     headers = {"authorization": f"Bearer {dev_keys['search']}", "x-conversation-id": "c-1"}
-    queued = asyncio.ensure_future(runtime.gate.check(headers, body))
+    queued = asyncio.ensure_future(runtime.lifecycle.check(headers, body))
     await asyncio.sleep(0)
     assert not queued.done()
     cp.states.append(routed_state(3))
@@ -115,7 +115,7 @@ async def test_the_feed_follows_the_control_plane_and_keeps_the_last_state_when_
     cp.down = False
     cp.states.append(routed_state(1, version=1, instance="cp-b", canary_percent=100))
     assert await feed.poller.poll_once()  # type: ignore[union-attr]  # a restarted control plane
-    assert runtime.gate.core.pools["chat-7b@v13"].capacity_tokens == 112_000
+    assert runtime.lifecycle.core.pools["chat-7b@v13"].capacity_tokens == 112_000
     assert runtime.router.alias("chat-7b").canary_percent == 100  # type: ignore[union-attr]
 
 

@@ -18,25 +18,25 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from envoy_control.publish import RouterPublisher
-from envoy_control.router_state import (
+from envoy_control.state.publish import RouterPublisher
+
+from gateway_ext.decision import Admitted
+from gateway_ext.limits.admission import AdmissionDecision, AdmissionReason, Outcome
+from gateway_ext.request import ChatRequest
+from gateway_ext.routing.picking import build_ring, first_choices, ring_order
+from gateway_ext.routing.pins import MemoryPinStore
+from gateway_ext.routing.router import Picking, Router, RoutingPolicy
+from gateway_ext.runtime import build_runtime
+from gateway_ext.settings import Settings
+from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import DESTINATION_HEADER, ROUTE_VERSION_HEADER
+from modelfleet.contract.router_state import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
     parse_router_state,
 )
-
-from gateway_ext.admission import Decision, Outcome, Reason
-from gateway_ext.contract import DESTINATION_HEADER, ROUTE_VERSION_HEADER
-from gateway_ext.decision import Admitted
-from gateway_ext.picking import build_ring, first_choices, ring_order
-from gateway_ext.pins import MemoryPinStore
-from gateway_ext.request import ChatRequest
-from gateway_ext.routing import Picking, Router, RoutingPolicy
-from gateway_ext.runtime import build_runtime
-from gateway_ext.settings import Settings
-from modelfleet.config import PlatformConfig
 
 IDS = [f"chat-7b@v13-{i}" for i in range(4)]
 CAPACITY = 112_000
@@ -59,7 +59,7 @@ def state(ages: dict[str, float | None] | None = None, loads: dict[str, int] | N
 def admitted(conversation: str | None, rid: str = "r1") -> Admitted:
     req = ChatRequest("chat-7b", None, (), 990, True, 1, True, "standard", conversation, 10)
     return Admitted(req, "search", 1_000_000, "chat-7b@v13", "v13", rid,
-                    Outcome(rid, Decision.ADMIT, Reason.FITS), {})
+                    Outcome(rid, AdmissionDecision.ADMIT, AdmissionReason.FITS), {})
 
 
 def routed(r: Router, conversation: str | None) -> list[str]:
@@ -151,7 +151,7 @@ def registered_state(v15_replicas: int, version: int) -> RouterState:
 
 async def test_a_version_registered_later_gets_a_pool_and_its_canary_share(
         tmp_path: Path, platform_config: PlatformConfig, dev_keys: dict[str, str]) -> None:
-    from gateway_ext.router_feed import RouterFeed
+    from gateway_ext.routing.feed import RouterFeed
 
     settings = Settings.from_env({}, usage_db_url=f"sqlite:///{tmp_path / 'usage.db'}",
                                  spool=tmp_path / "spool", seed=1, router_state_file=None)
@@ -164,28 +164,28 @@ async def test_a_version_registered_later_gets_a_pool_and_its_canary_share(
             raise httpx.ConnectError("down")
         return states[-1].as_dict()
 
-    feed = RouterFeed(runtime.router, runtime.gate, fetch, wait_s=0.01)
+    feed = RouterFeed(runtime.router, runtime.lifecycle, fetch, wait_s=0.01)
     headers = {"authorization": f"Bearer {dev_keys['search']}", "x-conversation-id": "c-1"}
     body = json.dumps(CHAT).encode()
-    pools = runtime.gate.core.pools
+    pools = runtime.lifecycle.core.pools
     assert "chat-7b@v15" not in pools
     states.append(registered_state(0, 1))  # registered, no replica yet: no pool, canary ignored
     assert await feed.poller.poll_once()  # type: ignore[union-attr]
-    assert "chat-7b@v15" not in runtime.gate.core.pools
-    first: Any = await runtime.gate.check(headers, body)
+    assert "chat-7b@v15" not in runtime.lifecycle.core.pools
+    first: Any = await runtime.lifecycle.check(headers, body)
     assert first.headers[ROUTE_VERSION_HEADER] == "chat-7b@v13"
     states.append(registered_state(2, 2))  # its replicas are up
     assert await feed.poller.poll_once()  # type: ignore[union-attr]
-    pools = runtime.gate.core.pools
+    pools = runtime.lifecycle.core.pools
     assert pools["chat-7b@v15"].capacity_tokens == 2 * 90_000
     assert pools["chat-7b@v15"].concurrency is pools["chat-7b@v13"].concurrency
     assert "mystery@v1" not in pools  # a model this gateway cannot authorize anyone for
     new_conversation = {**headers, "x-conversation-id": "c-2"}
-    result: Any = await runtime.gate.check(new_conversation, body)
+    result: Any = await runtime.lifecycle.check(new_conversation, body)
     assert result.headers[ROUTE_VERSION_HEADER] == "chat-7b@v15"
     assert all(h.startswith("10.0.3.") for h in result.headers[DESTINATION_HEADER].split(","))
-    again: Any = await runtime.gate.check(headers, body)  # c-1 stays pinned where it started
+    again: Any = await runtime.lifecycle.check(headers, body)  # c-1 stays pinned where it started
     assert again.headers[ROUTE_VERSION_HEADER] == "chat-7b@v13"
     states.append(registered_state(1, 3))
     assert await feed.poller.poll_once()  # type: ignore[union-attr]
-    assert runtime.gate.core.pools["chat-7b@v15"].capacity_tokens == 90_000
+    assert runtime.lifecycle.core.pools["chat-7b@v15"].capacity_tokens == 90_000

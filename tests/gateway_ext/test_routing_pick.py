@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from envoy_control.router_state import PoolRoute, RoutableReplica, RouterState
-
-from gateway_ext.admission import Decision, Outcome, Reason
-from gateway_ext.contract import DESTINATION_HEADER
 from gateway_ext.decision import Admitted
-from gateway_ext.picking import PickReason, build_ring, ring_order
-from gateway_ext.pins import MemoryPinStore
-from gateway_ext.replica_load import SentLedger
+from gateway_ext.limits.admission import AdmissionDecision, AdmissionReason, Outcome
 from gateway_ext.request import ChatRequest
-from gateway_ext.routing import Picking, Router, RoutingPolicy
+from gateway_ext.routing.picking import PickReason, build_ring, ring_order
+from gateway_ext.routing.pins import MemoryPinStore
+from gateway_ext.routing.replica_load import SentLedger
+from gateway_ext.routing.router import Picking, Router, RoutingPolicy
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import DESTINATION_HEADER
+from modelfleet.contract.router_state import PoolRoute, RoutableReplica, RouterState
 
 IDS = [f"chat-7b@v13-{i}" for i in range(4)]
 CAPACITY = 112_000
@@ -41,7 +40,7 @@ def state(loads: dict[str, int] | None = None, version: int = 1, instance: str =
 def admitted(conversation: str | None, tokens: int = 1000, rid: str = "r1") -> Admitted:
     req = ChatRequest("chat-7b", None, (), tokens - 10, True, 1, True, "standard", conversation, 10)
     return Admitted(req, "search", 1_000_000, "chat-7b@v13", "v13", rid,
-                    Outcome(rid, Decision.ADMIT, Reason.FITS), {"x-route-version": "chat-7b@v13"})
+                    Outcome(rid, AdmissionDecision.ADMIT, AdmissionReason.FITS), {"x-route-version": "chat-7b@v13"})
 
 
 def router(config: PlatformConfig, picking: Picking = Picking.AFFINITY) -> Router:
@@ -150,7 +149,7 @@ def test_the_ledger_forgets_what_a_report_covers() -> None:
 
 
 def test_pick_reason_for_a_spill() -> None:
-    from gateway_ext.picking import pick
+    from gateway_ext.routing.picking import pick
 
     ring = build_ring(IDS)
     loads = {HOME[0]: 60_000, HOME[1]: 10_000, HOME[2]: 10_000, HOME[3]: 10_000}

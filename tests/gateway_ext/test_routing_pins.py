@@ -10,13 +10,12 @@ from dataclasses import replace
 
 import pytest
 import redis
-from envoy_control.router_state import ModelAlias
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway_ext.pins import FallbackPinStore, MemoryPinStore, RedisPinStore
-from gateway_ext.routing import Router
-from gateway_ext.versions import (
+from gateway_ext.routing.pins import FallbackPinStore, MemoryPinStore, RedisPinStore
+from gateway_ext.routing.router import Router
+from gateway_ext.routing.versions import (
     VersionReason,
     choose,
     conversation_key,
@@ -26,6 +25,7 @@ from gateway_ext.versions import (
     split_point,
 )
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.router_state import ModelAlias
 
 ALIAS = ModelAlias("chat-7b", live="v13", canary="v14", canary_percent=1.0)
 

@@ -15,28 +15,28 @@ import httpx
 import pytest
 import redis
 import redis.asyncio
-from envoy_control.router_state import ModelAlias
 from prometheus_client import CollectorRegistry
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from gateway_ext.async_fallback_store import AsyncFallbackBucketStore
-from gateway_ext.async_pins import AsyncFallbackPinStore, AsyncRedisPinStore
-from gateway_ext.bucket_store import BucketKey
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.metering import UsageMeter
+from gateway_ext.limits.async_fallback_store import AsyncFallbackBucketStore
+from gateway_ext.limits.bucket_store import BucketKey
+from gateway_ext.limits.pools import make_pools
+from gateway_ext.limits.redis_buckets import AsyncRedisBucketStore
+from gateway_ext.limits.retry_budget import RetryBudget, RetryBudgetConfig
+from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.metrics import make_metrics
-from gateway_ext.pins import MemoryPinStore, RedisPinStore, pin_key
-from gateway_ext.pools import make_pools
-from gateway_ext.redis_buckets import AsyncRedisBucketStore
-from gateway_ext.retry_budget import RetryBudget, RetryBudgetConfig
-from gateway_ext.routing import Router
+from gateway_ext.routing.async_pins import AsyncFallbackPinStore, AsyncRedisPinStore
+from gateway_ext.routing.pins import MemoryPinStore, RedisPinStore, pin_key
+from gateway_ext.routing.router import Router
+from gateway_ext.routing.versions import conversation_key, split_point
 from gateway_ext.runtime import build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
-from gateway_ext.shared_gate import SharedGate
-from gateway_ext.versions import conversation_key, split_point
+from gateway_ext.shared_lifecycle import SharedLifecycle
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.router_state import ModelAlias
 
 ERRORS = (redis.RedisError, OSError)
 BOTH = ("v13", "v14")
@@ -126,7 +126,7 @@ async def test_redis_down_pins_in_memory_then_back(aclient: redis.asyncio.Redis,
 
 
 class NoSyncPins:
-    """The sync pin store, which the shared gate must never call (it would block the loop)."""
+    """The sync pin store, which the shared lifecycle must never call (it would block the loop)."""
 
     def resolve(self, *_: object) -> tuple[str, bool]:
         raise AssertionError("the sync pin store was called on the event loop")
@@ -142,7 +142,7 @@ class AliasRouter(Router):
 
 
 def make_gate(config: PlatformConfig, client: redis.asyncio.Redis, prefix: str, clock: Clock,
-              name: str, alias: ModelAlias) -> SharedGate:
+              name: str, alias: ModelAlias) -> SharedLifecycle:
     pools = make_pools(config, {v.key: 100_000 for v in config.versions}, 256,
                        {"interactive": 60.0, "standard": 20.0, "batch": 120.0})
     buckets = AsyncRedisBucketStore(client, prefix=prefix)
@@ -155,7 +155,7 @@ def make_gate(config: PlatformConfig, client: redis.asyncio.Redis, prefix: str, 
                        RetryBudget(random.Random(1), RetryBudgetConfig(jitter=0.0)),
                        UsageMeter("local"), choose_team_version=router.choose_version)
     ids: Iterator[str] = iter(f"{name}{i}" for i in range(1000))
-    return SharedGate(core, make_metrics(CollectorRegistry()), clock, store,
+    return SharedLifecycle(core, make_metrics(CollectorRegistry()), clock, store,
                       choose_version=router.choose_version_async, new_id=lambda: next(ids))
 
 

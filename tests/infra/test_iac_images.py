@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from components.engine_args import MIDDLEWARE
+from components.k8s.engine_args import MIDDLEWARE
 from components.settings import Images
 from components.testing import REPO
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.testing import REPO
-from modelfleet.commands import render
+from modelfleet.cli import render
 
 
 def _render(*argv: str) -> int:

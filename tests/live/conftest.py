@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack, write_config
-from modelfleet.testing import require_postgres
+from modelfleet.testing import postgres_url  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +24,3 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
         code = running.stop(signal.SIGINT)
         assert code == 0, running.log.read_text()
         assert_all_stopped(running)
-
-
-
-
-@pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """A reachable Postgres (fails under CI=true, skips otherwise, when unreachable)."""
-    return require_postgres()

@@ -16,7 +16,7 @@ import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk
 
-from gateway_ext.picking import build_ring, ring_order
+from gateway_ext.routing.picking import build_ring, ring_order
 from modelfleet.local.harness import RunningStack, edit_yaml, write_config
 
 KEY_TEAM = "search"

@@ -28,14 +28,14 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway_ext.batch_main import batch_service_argv
-from gateway_ext.batch_store import BatchStore
-from gateway_ext.batch_uploads import UploadStore
-from gateway_ext.usage_store import UsageStore
+from batch.service import batch_service_argv
+from batch.store import BatchStore
+from batch.uploads import UploadStore
+from gateway_ext.metering.store import UsageStore
+from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
 from modelfleet.local.processes import free_port
 from replica.generation import plan_output
-from replica.tokens import chat_prompt_ids
 
 pytestmark = pytest.mark.live
 

@@ -22,9 +22,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from gateway_ext.usage_store import UsageStore
+from gateway_ext.metering.store import UsageStore
+from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
-from replica.tokens import chat_prompt_ids
 
 pytestmark = pytest.mark.live
 

@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
+from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack
 from replica.generation import plan_output
-from replica.tokens import chat_prompt_ids
 
 pytestmark = pytest.mark.live
 

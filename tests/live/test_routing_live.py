@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import openai
 import pytest
 
-from gateway_ext.versions import conversation_key, split_point
+from gateway_ext.routing.versions import conversation_key, split_point
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack
 
 if TYPE_CHECKING:

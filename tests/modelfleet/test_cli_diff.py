@@ -11,13 +11,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from envoy_control.admin_changes import rollout_changes
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
+from envoy_control.api.http import create_app
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.state.changes import rollout_changes
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
 
-from modelfleet.commands import apply, diff
+from modelfleet.cli import apply, diff
 from replica.testing import serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ TOKEN = "admin-token-for-cli-tests-000001"
 
 
 def cli(argv: Sequence[str]) -> int:
-    """The ``diff`` and ``apply`` commands on a parser of their own (as modelfleet.cli does)."""
+    """The ``diff`` and ``apply`` commands on a parser of their own (as modelfleet.cli.main does)."""
     parser = argparse.ArgumentParser(prog="modelfleet")
     sub = parser.add_subparsers(dest="command", required=True)
     diff.register(sub)

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from envoy_control.cache import SnapshotCache
-from envoy_control.desired import ListenerSpec
-from envoy_control.http_api import create_app
-from envoy_control.plane import ControlPlane
-from envoy_control.registry import Registry
+from envoy_control.api.http import create_app
+from envoy_control.registry.store import Registry
+from envoy_control.resources.build import ListenerSpec
+from envoy_control.state.plane import ControlPlane
+from envoy_control.xds.cache import SnapshotCache
 from fastapi import FastAPI
 
-from modelfleet.commands import gate
-from modelfleet.gate_eval import (
+from modelfleet.cli import gate
+from modelfleet.release.eval import (
     EvalItem,
     EvalSetError,
     compare,
@@ -29,7 +29,7 @@ from modelfleet.gate_eval import (
     score,
     scores,
 )
-from modelfleet.gate_load import find_capacity
+from modelfleet.release.load import find_capacity
 from replica.testing import serve_in_thread
 from replica.workload import LoadResult
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway_ext.keys import KeyRing
-from modelfleet.cli import main
+from modelfleet.cli.main import main
 from modelfleet.config import load_config
 from modelfleet.config.edit import add_key_hash
 from modelfleet.config.keyhash import hash_key
+from modelfleet.config.keys import KeyRing
 
 REPO = Path(__file__).resolve().parents[2]
 

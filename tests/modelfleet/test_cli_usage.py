@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway_ext.metering import UsageCounts, UsageKey, UsageRow
-from gateway_ext.usage_store import UsageStore
-from modelfleet.cli import main
-from modelfleet.commands.usage import parse_since
+from gateway_ext.metering.meter import UsageCounts, UsageKey, UsageRow
+from gateway_ext.metering.store import UsageStore
+from modelfleet.cli.main import main
+from modelfleet.cli.usage import parse_since
 
 MINUTE = 1_795_000_020 // 60 * 60
 

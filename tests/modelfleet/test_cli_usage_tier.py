@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway_ext.metering import UsageCounts, UsageKey, UsageRow
-from gateway_ext.usage_store import UsageStore
-from modelfleet.cli import main
+from gateway_ext.metering.meter import UsageCounts, UsageKey, UsageRow
+from gateway_ext.metering.store import UsageStore
+from modelfleet.cli.main import main
 
 MINUTE = 1_795_000_020 // 60 * 60
 

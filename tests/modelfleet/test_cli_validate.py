@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from modelfleet.cli import main
+from modelfleet.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from envoy_control.rollout import RolloutPolicy, policy_from_config
+from envoy_control.rollouts.controller import RolloutPolicy, policy_from_config
 
-from modelfleet.cli import main
+from modelfleet.cli.main import main
 from modelfleet.config import load_config
 from modelfleet.config.rollout import RolloutSettings
 

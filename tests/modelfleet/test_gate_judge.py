@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelfleet.gate_eval import EvalItem, compare
-from modelfleet.gate_judge import JUDGE_MAX_TOKENS, judge_messages, judge_scores, parse_score
+from modelfleet.release.eval import EvalItem, compare
+from modelfleet.release.judge import JUDGE_MAX_TOKENS, judge_messages, judge_scores, parse_score
 from replica.chat import ReplicaConfig, prepare
 from replica.judge import JUDGE_MARKER, judge_plan, judge_score
 from replica.protocol import ChatCompletionRequest

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from modelfleet.gate_eval import EvalItem
-from modelfleet.gate_judge import JUDGE_MARKER
-from modelfleet.gate_quality import quality
-from modelfleet.gate_report import render
+from modelfleet.release.eval import EvalItem
+from modelfleet.release.judge import JUDGE_MARKER
+from modelfleet.release.quality import quality
+from modelfleet.release.report import render
 
 ITEMS = [
     EvalItem("r1", "reasoning", ({"role": "user", "content": "Does Tom purr?"},), "yes"),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from modelfleet.gate_rate import (
+from modelfleet.release.rate import (
     PoolSample,
     RateStep,
     StreamSample,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from modelfleet.config import load_config
-from modelfleet.local.plan import replica_counts, replica_plan
+from modelfleet.config.local_plan import replica_counts, replica_plan
 from modelfleet.local.replicas import engine_params, replica_argv
 from replica.params import CHAT_7B, REASON_70B
 

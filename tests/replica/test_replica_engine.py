@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from modelfleet.contract.tokens import block_hashes, chat_prompt_ids
 from replica.clock import ManualClock
 from replica.engine import Engine, EngineRequest, StepResult
 from replica.params import CHAT_7B, REASON_70B, EngineParams
-from replica.tokens import block_hashes, chat_prompt_ids
 from replica.workload import closed_loop
 
 

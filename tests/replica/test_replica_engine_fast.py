@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
+from modelfleet.contract.tokens import block_hashes, chat_prompt_ids
 from replica.clock import ManualClock
 from replica.engine import Admission, Engine, EngineRequest, EngineStats, StepResult, TokenOutput
 from replica.kv_cache import BlockPool
 from replica.params import CHAT_7B, EngineParams
-from replica.tokens import block_hashes, chat_prompt_ids
 from replica.workload import closed_loop, seed_shape_messages
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from replica import tokens
+from modelfleet.contract import tokens
 from replica.params import CHAT_7B
 from replica.testing import sse_data, sse_json
 

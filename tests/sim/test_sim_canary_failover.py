@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from modelfleet.config import PlatformConfig, load_config
-from sim.arrivals import Arrival
-from sim.canary import window_metrics
-from sim.clients import RetryPolicy, retry_after_s, retry_delay
-from sim.drill_canary import CanaryReport, CanarySettings, run_canary
-from sim.drill_canary import render as render_canary
-from sim.drill_common import RunOptions
-from sim.drill_failover import FailoverReport, run_failover
-from sim.drill_failover import render as render_failover
-from sim.regions import GlobalRouting, Router
+from sim.drills.canary import CanaryReport, CanarySettings, run_canary
+from sim.drills.canary import render as render_canary
+from sim.drills.common import RunOptions
+from sim.drills.failover import FailoverReport, run_failover
+from sim.drills.failover import render as render_failover
+from sim.fleet.canary import window_metrics
+from sim.fleet.clients import RetryPolicy, retry_after_s, retry_delay
+from sim.fleet.global_dns import GlobalRouting, Router
+from sim.traces.arrivals import Arrival
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_failover_errors_stop_within_the_bound_interactive_is_served_batch_waits
 def test_longer_answers_are_rolled_back_and_the_new_drills_plot(config: PlatformConfig, failover: FailoverReport,
                              tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from sim.plots import plot
+    from sim.drills.plots import plot
 
     plot(failover, tmp_path / "failover.png")
     long = small_canary(config, "long")
@@ -115,7 +115,7 @@ def test_health_checks_and_dns_ttl_move_a_client_after_its_next_refresh() -> Non
 
 
 def test_the_drill_command_runs_the_canary(capsys: pytest.CaptureFixture[str]) -> None:
-    from modelfleet.cli import main
+    from modelfleet.cli.main import main
 
     code = main(["drill", "canary", "--config", str(REPO / "config"), "--fault", "errors",
                  "--rate", "10", "--replicas", "2", "--warmup", "40", "--stages", "10,50",

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from modelfleet.config import PlatformConfig, load_config
-from sim.drill_capacity import GateSettings, run_capacity
-from sim.drill_capacity import render as render_capacity
-from sim.drill_common import RunOptions
-from sim.drill_isolation import render as render_isolation
-from sim.drill_isolation import run_isolation
-from sim.drill_routing import RoutingReport, run_routing
-from sim.drill_routing import render as render_routing
+from sim.drills.capacity import GateSettings, run_capacity
+from sim.drills.capacity import render as render_capacity
+from sim.drills.common import RunOptions
+from sim.drills.isolation import render as render_isolation
+from sim.drills.isolation import run_isolation
+from sim.drills.routing import RoutingReport, run_routing
+from sim.drills.routing import render as render_routing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_the_drill_command_prints_json_and_writes_a_plot(tmp_path: Path,
     pytest.importorskip("matplotlib")
     import argparse
 
-    from modelfleet.commands import drill
+    from modelfleet.cli import drill
 
     parser = argparse.ArgumentParser()
     drill.register(parser.add_subparsers(dest="command"))

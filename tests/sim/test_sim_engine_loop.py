@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from modelfleet.config import PlatformConfig, load_config
-from sim.arrivals import Arrival, TeamMix, TeamShare
-from sim.drill_common import pool_under_test, with_capacity
-from sim.fleet import Fleet, FleetSpec, simulate
-from sim.gateway import Routing
-from sim.measures import Result, counts
-from sim.scaling import ColdStart, scale_down_order, scaler_setup
-from sim.synthetic import CHAT, chat_arrivals
+from sim.drills.common import pool_under_test, with_capacity
+from sim.fleet.gateway import Routing
+from sim.fleet.measures import Result, counts
+from sim.fleet.region import Fleet, FleetSpec, simulate
+from sim.fleet.scaling import ColdStart, scale_down_order, scaler_setup
+from sim.traces.arrivals import Arrival, TeamMix, TeamShare
+from sim.traces.synthetic import CHAT, chat_arrivals
 
 REPO = Path(__file__).resolve().parents[2]
 

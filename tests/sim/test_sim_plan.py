@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from modelfleet.cli import main
+from modelfleet.cli.main import main
 from sim.plan import ModelLoad, PlanInputs, plan
 
 

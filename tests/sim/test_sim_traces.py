@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.arrivals import Arrival, TeamMix, TeamShare, expand, runs_for, time_scaled
-from sim.mooncake import read_mooncake_jsonl
-from sim.sources import arrivals
-from sim.synthetic import CHAT, SEED, chat_arrivals
-from sim.traces import AZURE_CONV, ConversationModel, add_conversations, read_azure_csv
+from sim.traces.arrivals import Arrival, TeamMix, TeamShare, expand, runs_for, time_scaled
+from sim.traces.azure import AZURE_CONV, ConversationModel, add_conversations, read_azure_csv
+from sim.traces.mooncake import read_mooncake_jsonl
+from sim.traces.sources import arrivals
+from sim.traces.synthetic import CHAT, SEED, chat_arrivals
 
 DATA = Path(__file__).parent / "data"
 needs_azure = pytest.mark.skipif(not AZURE_CONV.exists(), reason="shared Azure trace not present")
