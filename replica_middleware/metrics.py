@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from replica.metrics import TTFT_BUCKETS
+from modelfleet.contract.metrics import TTFT_BUCKETS
 from replica_middleware.inflight import Load
 
 OUTPUT_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from modelfleet.config import Version
-from modelfleet.local.replicas import engine_params
 from replica.params import CHAT_7B
+from replica.version_params import engine_params
 from replica.workload import LoadResult, closed_loop
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from modelfleet.config.schema import PlatformConfig, Pool, Version
-from modelfleet.local.replicas import engine_params
 from replica.params import CHAT_7B, EngineParams
+from replica.version_params import engine_params
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from modelfleet.config import load_config
 from modelfleet.config.local_plan import replica_counts, replica_plan
-from modelfleet.local.replicas import engine_params, replica_argv
+from modelfleet.local.replicas import replica_argv
 from replica.params import CHAT_7B, REASON_70B
+from replica.version_params import engine_params
 
 REPO = Path(__file__).resolve().parents[2]
 
