@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from autoscale.drain import drain_values
 from autoscale.hpa import ScalingPolicy
-from autoscale.policy import AutoscalePolicy, scaler_spec
+from autoscale.policy import scaler_spec
 from autoscale.rule import (
     Reading,
     ScaleDecision,
@@ -36,6 +36,7 @@ from autoscale.rule import (
     desired_replicas,
 )
 from autoscale.triggers import QUEUE_TRIGGER, TOKENS_TRIGGER, PoolTrigger, pool_triggers, readings
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import PlatformConfig, Pool
 
 Phase = Literal["starting", "serving", "draining"]

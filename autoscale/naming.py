@@ -13,14 +13,22 @@ inside a cluster the pool is named by model and version alone:
 - pod labels ``modelfleet.io/pool``, ``modelfleet.io/model``, ``modelfleet.io/version`` and
   ``app.kubernetes.io/name: vllm``.
 
-Metrics: each replica exports vLLM's gauges (``vllm:num_requests_waiting``) and the
-middleware's ``modelfleet_tokens_in_flight``, labelled ``model_name`` and ``engine`` by the
-replica; each gateway_ext pod exports its admission queue per pool
+Metrics (names from :mod:`modelfleet.contract.metrics`): each replica exports vLLM's gauges
+(``vllm:num_requests_waiting``) and its middleware's ``modelfleet_replica_tokens_in_flight`` (the
+middleware runs in real vLLM and the simulated engine alike, so every replica exports it); each
+gateway_ext pod exports its admission queue per pool
 (``modelfleet_gateway_pool_queue_depth{pool="<model>@<version>", tier}``), scraped by
-:func:`gateway_pod_monitor`. The PodMonitor (:func:`pod_monitor`) copies the pod label ``modelfleet.io/pool`` to
-the Prometheus label ``pool``; the Prometheus Operator adds ``namespace`` and ``pod``. A pool's
-series are therefore selected by ``{namespace="<ns>", pool="<pool name>"}``; ``model_name`` is
-not used because a canary and the live version serve the same model name.
+:func:`gateway_pod_monitor` without relabelling.
+
+The Prometheus label ``pool`` has one spelling, ``<model>@<version>``
+(:func:`modelfleet.contract.metrics.pool_label_value`), on replica and gateway series alike.
+Pod label values cannot hold ``@``, so the PodMonitor (:func:`pod_monitor`) does not copy the
+pod label ``modelfleet.io/pool`` (the pool *name* above): it joins ``modelfleet.io/model`` and
+``modelfleet.io/version`` with ``@`` into ``pool``, and copies them to ``model`` and ``version``;
+the Prometheus Operator adds ``namespace`` and ``pod``. A pool's series, from its replicas and
+from the gateways, are therefore selected by one matcher (:func:`pool_selector`),
+``{namespace="<ns>", pool="<model>@<version>"}``; ``model_name`` is not used because a canary
+and the live version serve the same model name.
 """
 
 from __future__ import annotations
@@ -28,23 +36,25 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-POOL_LABEL = "pool"
-"""The Prometheus label that names a pool (copied from the pod label :data:`POD_POOL_LABEL`)."""
-NAMESPACE_LABEL = "namespace"
-"""The Prometheus label the Prometheus Operator sets to the pod's namespace."""
+from modelfleet.contract.metrics import (
+    GATEWAY_POOL_QUEUE_DEPTH,
+    MODEL_LABEL,
+    NAMESPACE_LABEL,
+    POOL_LABEL,
+    POOL_SEPARATOR,
+    TOKENS_IN_FLIGHT,
+    VERSION_LABEL,
+    VLLM_WAITING,
+    pool_label_value,
+)
+
 POD_POOL_LABEL = "modelfleet.io/pool"
+"""The pod label holding the pool *name* (:func:`pool_name`, ``chat-7b-v13``): selectors only,
+never copied to a Prometheus label."""
 POD_MODEL_LABEL = "modelfleet.io/model"
 POD_VERSION_LABEL = "modelfleet.io/version"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "vllm"
-
-TOKENS_IN_FLIGHT_METRIC = "modelfleet_tokens_in_flight"
-"""Gauge, tokens: prompt plus remaining output of every request a replica holds."""
-QUEUE_DEPTH_METRIC = "vllm:num_requests_waiting"
-"""vLLM's gauge, requests: requests waiting for a place in the running batch."""
-GATEWAY_QUEUE_METRIC = "modelfleet_gateway_pool_queue_depth"
-"""gateway_ext's gauge, requests: requests held in its admission queue for a pool, labelled
-``pool`` = ``model@version`` and ``tier`` (``gateway_ext.metrics``); one series per gateway pod."""
 
 _MAX_POOL_NAME = 58  # "vllm-" + 58 = 63, the DNS-label limit
 
@@ -83,21 +93,16 @@ def _quote(value: str) -> str:
 
 
 def pool_selector(namespace: str, model: str, version: str) -> str:
-    """The PromQL label matcher of one pool's series: ``{namespace="...",pool="..."}``."""
+    """The PromQL label matcher of one pool's series, its replicas' and the gateways' alike:
+    ``{namespace="modelfleet",pool="chat-7b@v13"}``."""
     return (f"{{{NAMESPACE_LABEL}={_quote(namespace)},"
-            f"{POOL_LABEL}={_quote(pool_name(model, version))}}}")
+            f"{POOL_LABEL}={_quote(pool_label_value(model, version))}}}")
 
 
 def tokens_in_flight_query(namespace: str, model: str, version: str) -> str:
     """PromQL: the pool's tokens in flight summed over its replicas (tokens). Empty when no
     replica is scraped, which KEDA reads as an error with ``ignoreNullValues: "false"``."""
-    return f"sum({TOKENS_IN_FLIGHT_METRIC}{pool_selector(namespace, model, version)})"
-
-
-def gateway_queue_selector(namespace: str, model: str, version: str) -> str:
-    """The PromQL label matcher of a pool's gateway queue series: gateway_ext labels them
-    ``pool="<model>@<version>"`` itself (its pods carry no pool label, so nothing renames it)."""
-    return f"{{{NAMESPACE_LABEL}={_quote(namespace)},{POOL_LABEL}={_quote(f'{model}@{version}')}}}"
+    return f"sum({TOKENS_IN_FLIGHT}{pool_selector(namespace, model, version)})"
 
 
 def queue_depth_query(namespace: str, model: str, version: str) -> str:
@@ -105,14 +110,16 @@ def queue_depth_query(namespace: str, model: str, version: str) -> str:
     over its replicas, plus those held in the gateways' admission queues for it (every tier,
     every gateway pod). The engines' part decides emptiness: no replica scraped -> empty (a
     failed read); no gateway series (no gateway scraped yet, or none queued) counts as 0."""
-    engines = f"sum({QUEUE_DEPTH_METRIC}{pool_selector(namespace, model, version)})"
-    gateways = f"sum({GATEWAY_QUEUE_METRIC}{gateway_queue_selector(namespace, model, version)})"
+    selector = pool_selector(namespace, model, version)
+    engines = f"sum({VLLM_WAITING}{selector})"
+    gateways = f"sum({GATEWAY_POOL_QUEUE_DEPTH}{selector})"
     return f"{engines} + ({gateways} or vector(0))"
 
 
 def pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> dict[str, Any]:
     """The Prometheus Operator ``PodMonitor`` that scrapes every replica pod in ``namespace``
-    every ``interval_s`` seconds and sets the ``pool`` label the queries above select on."""
+    every ``interval_s`` seconds and sets the ``pool`` label the queries above select on:
+    ``<model>@<version>``, joined from the pod labels (a pod label cannot hold ``@``)."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -124,9 +131,10 @@ def pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> d
                 "path": "/metrics",
                 "interval": f"{interval_s}s",
                 "relabelings": [
-                    {"sourceLabels": [_meta_label(POD_POOL_LABEL)], "targetLabel": POOL_LABEL},
-                    {"sourceLabels": [_meta_label(POD_MODEL_LABEL)], "targetLabel": "model"},
-                    {"sourceLabels": [_meta_label(POD_VERSION_LABEL)], "targetLabel": "version"},
+                    {"sourceLabels": [_meta_label(POD_MODEL_LABEL), _meta_label(POD_VERSION_LABEL)],
+                     "separator": POOL_SEPARATOR, "targetLabel": POOL_LABEL},
+                    {"sourceLabels": [_meta_label(POD_MODEL_LABEL)], "targetLabel": MODEL_LABEL},
+                    {"sourceLabels": [_meta_label(POD_VERSION_LABEL)], "targetLabel": VERSION_LABEL},
                 ],
             }],
         },
@@ -141,7 +149,8 @@ def _meta_label(pod_label: str) -> str:
 def gateway_pod_monitor(namespace: str, *, port: str = "http", interval_s: int = 5) -> dict[str, Any]:
     """The ``PodMonitor`` that scrapes gateway_ext pods (``app.kubernetes.io/name:
     gateway-ext``) in ``namespace``: their per-pool admission queue is part of the queue
-    trigger. No relabelling: the series keep the ``pool`` label gateway_ext sets."""
+    trigger. No relabelling: the series keep the ``pool`` label gateway_ext sets, already
+    spelled ``<model>@<version>`` like the replicas'."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -1,8 +1,10 @@
 """A plain Prometheus configuration that scrapes replicas with the labels the pool queries use.
 
-In a cluster the PodMonitor of :func:`autoscale.naming.pod_monitor` sets ``namespace`` and
-``pool`` on every replica's series. Outside one (``modelfleet up``, the tests) the same labels
-are set statically per target, so the ScaledObjects' PromQL runs unchanged against this config.
+In a cluster the PodMonitor of :func:`autoscale.naming.pod_monitor` sets ``namespace``,
+``pool`` (``<model>@<version>``), ``model`` and ``version`` on every replica's series. Outside
+one (``modelfleet up``, the tests) the same labels, with the same values, are set statically per
+target, so the ScaledObjects' and the rollout guard's PromQL run unchanged against this config
+(names from :mod:`modelfleet.contract.metrics`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscale.naming import NAMESPACE_LABEL, POOL_LABEL, pool_name
+from modelfleet.contract.metrics import (
+    MODEL_LABEL,
+    NAMESPACE_LABEL,
+    POOL_LABEL,
+    REPLICA_LABEL,
+    VERSION_LABEL,
+    pool_label_value,
+)
 
 
 def _duration(seconds: float) -> str:
@@ -37,16 +46,18 @@ def prometheus_config(targets: Sequence[ReplicaTarget], *, namespace: str,
     """Prometheus' YAML config as a dict: one static target per replica, labelled
     ``namespace``, ``pool``, ``model``, ``version`` (and ``replica`` when known), and one per
     gateway_ext address in ``gateways`` (``host:port``, labelled ``namespace`` only: its series
-    keep their own ``pool`` label), scraped every ``scrape_interval_s`` seconds."""
+    keep their own ``pool`` label, spelled the same), scraped every ``scrape_interval_s``
+    seconds."""
     if scrape_interval_s <= 0:
         raise ValueError("the scrape interval must be positive")
     interval = _duration(scrape_interval_s)
     static = []
     for t in targets:
-        labels = {NAMESPACE_LABEL: t.namespace or namespace, POOL_LABEL: pool_name(t.model, t.version),
-                  "model": t.model, "version": t.version}
+        labels = {NAMESPACE_LABEL: t.namespace or namespace,
+                  POOL_LABEL: pool_label_value(t.model, t.version),
+                  MODEL_LABEL: t.model, VERSION_LABEL: t.version}
         if t.replica_id:
-            labels["replica"] = t.replica_id
+            labels[REPLICA_LABEL] = t.replica_id
         static.append({"targets": [t.address], "labels": labels})
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},

@@ -3,12 +3,18 @@
 Every trigger is an ``AverageValue`` metric with a target per replica, so the HPA asks for
 ``ceil(total / target)`` replicas and KEDA's fallback can stand in for a lost one:
 
-- ``tokens-in-flight``: PromQL sum of ``modelfleet_tokens_in_flight`` over the pool, target
-  the version's load-tested tokens in flight per replica x 0.70;
-- ``queue-depth``: PromQL sum of ``vllm:num_requests_waiting`` over the pool, target a tenth of
-  the version's load-tested streams per replica: the fast trigger;
+- ``tokens-in-flight``: PromQL sum of ``modelfleet_replica_tokens_in_flight`` (the replica
+  middleware's gauge, the figure its heartbeats report and the load test measures) over the
+  pool, target the version's load-tested tokens in flight per replica x 0.70;
+- ``queue-depth``: PromQL sum of ``vllm:num_requests_waiting`` over the pool plus the gateways'
+  ``modelfleet_gateway_pool_queue_depth`` for it, target a tenth of the version's load-tested
+  streams per replica: the fast trigger;
 - ``peak-<name>``: one cron window per known peak, reading ``desired_replicas`` inside the
   window and 1 outside it, against a target of 1.
+
+Metric and label names come from :mod:`modelfleet.contract.metrics` (through
+:mod:`autoscale.naming`'s queries), so the local and simulated scalers, KEDA and the rules read
+the same series.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from typing import Literal
 
 from autoscale.cron import window_active
 from autoscale.naming import queue_depth_query, tokens_in_flight_query
-from autoscale.policy import AutoscalePolicy, CronPeak, peaks_for, queue_threshold, tokens_threshold
+from autoscale.policy import peaks_for, queue_threshold, tokens_threshold
 from autoscale.rule import Reading
+from modelfleet.config.autoscaling import AutoscalePolicy, CronPeak
 from modelfleet.config.schema import Pool, Version
 
 TOKENS_TRIGGER = "tokens-in-flight"

@@ -7,8 +7,9 @@ API and/or the worker that sends batch lines through the platform's API at tier 
         [--role all|api|worker] [--concurrency 8] [--file-root DIR ...] \\
         [--s3-endpoint-url URL] [--worker-id ID] [--lease 15] [--urgent-window 3600]
 
-Every flag has a ``MODELFLEET_BATCH_*`` environment variable (``batch.settings``);
-flags win. Exit 2 on invalid settings or config. Every role serves ``/health`` and ``/metrics``.
+Every flag, and every other setting, has a ``MODELFLEET_BATCH_*`` environment variable and may
+come from a secret file of the same name (``batch.settings``); flags win over both. Exit 2 on
+invalid settings or config. Every role serves ``/health`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -45,6 +47,7 @@ from batch.worker import BatchWorker
 from modelfleet.config import ConfigError, PlatformConfig, load_config
 from modelfleet.config.keys import Authenticated, KeyRing
 from modelfleet.contract.errors import ApiError, invalid
+from modelfleet.settings import settings_error
 
 log = logging.getLogger("gateway_ext.batch")
 
@@ -80,7 +83,6 @@ def create_batch_app(settings: BatchSettings, config: PlatformConfig,
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(store.create_tables)
-        await asyncio.to_thread(uploads.create_tables)
         stop, task = asyncio.Event(), None
         client = httpx.AsyncClient(base_url=settings.api_base_url.rstrip("/") + "/",
                                    timeout=settings.request_timeout_s, transport=transport,
@@ -190,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = BatchSettings.from_env(**vars(args))
-    except ValidationError as exc:
-        print(f"batch: {exc}", file=sys.stderr)
+    except (ValidationError, SettingsError, OSError) as exc:
+        print(f"batch: {settings_error(exc)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

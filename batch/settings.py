@@ -1,7 +1,12 @@
-"""The batch service's settings: one :class:`BatchSettings`, read from ``MODELFLEET_BATCH_*``
-environment variables, then overridden by command-line flags (``python -m
-batch``), as :class:`gateway_ext.settings.Settings` does for the gateway.
-Lists and mappings are JSON (``MODELFLEET_BATCH_FILE_ROOTS='["/data/batches"]'``).
+"""The batch service's settings: one :class:`BatchSettings`, a pydantic-settings ``BaseSettings``.
+
+Each field ``name`` comes from, first to last: the command-line flag (``python -m batch``,
+passed as an init keyword), the environment variable ``MODELFLEET_BATCH_<NAME>``
+(``MODELFLEET_BATCH_DB_URL``; lists and mappings as JSON:
+``MODELFLEET_BATCH_FILE_ROOTS='["/data/batches"]'``), a secret file of that same name in the
+secrets directory (``$MODELFLEET_SECRETS_DIR``, default ``/run/secrets/modelfleet``: e.g. a
+Kubernetes Secret mounted there; names match without regard to case, surrounding whitespace is
+dropped; a missing directory is ignored), then the default.
 """
 
 from __future__ import annotations
@@ -11,16 +16,17 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from batch.files import MAX_INPUT_BYTES
 from batch.lines import MAX_LINES
-from gateway_ext.settings import settings_from_env
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL
+from modelfleet.settings import ServiceSettings, service_config
 
 ENV_PREFIX = "MODELFLEET_BATCH_"
+
 
 
 def default_worker_id() -> str:
@@ -29,10 +35,10 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class BatchSettings(BaseModel):
+class BatchSettings(ServiceSettings):
     """Everything the batch service needs; units in the names (seconds, bytes)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = service_config(ENV_PREFIX)
 
     config_dir: Path = Path("config")
     """The declared platform config (teams, key hashes, tiers, models)."""
@@ -84,12 +90,6 @@ class BatchSettings(BaseModel):
     max_lines: int = Field(default=MAX_LINES, ge=1)
     max_input_bytes: int = Field(default=MAX_INPUT_BYTES, ge=1)
     log_level: str = "info"
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> BatchSettings:
-        """Settings from ``environ`` (default: ``os.environ``) with ``overrides`` (flags; None
-        values are ignored) taking precedence."""
-        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
 def team_keys(settings: BatchSettings, dev_keys: Mapping[str, str]) -> dict[str, str]:

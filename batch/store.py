@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Engine, MetaData, and_, bindparam, func, or_, select, update
 
 from batch.lines import ParsedLine
+from batch.migrations import drop_version_table, run_migrations
 from batch.models import (
     ACTIVE,
     STATUS_TIMESTAMP,
@@ -33,7 +34,7 @@ from batch.models import (
     Risk,
     error_line,
 )
-from batch.tables import batch_tables
+from batch.tables import batch_tables, files_table
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL, make_engine
 
 _JSON_FIELDS = ("errors", "metadata")
@@ -65,16 +66,20 @@ class BatchStore:
     def __init__(self, url: str = DEFAULT_URL, table_prefix: str = DEFAULT_TABLE_PREFIX,
                  connect_timeout_s: float = 3.0) -> None:
         self.engine: Engine = make_engine(url, connect_timeout_s)
+        self.table_prefix = table_prefix
         self.metadata = MetaData()
         self.batches, self.lines = batch_tables(self.metadata, table_prefix)
+        self.files = files_table(self.metadata, table_prefix)
 
     def create_tables(self) -> None:
-        """Create both tables if missing."""
-        self.metadata.create_all(self.engine)
+        """Bring the batch tables (batches, lines, uploaded files) to head (:mod:`batch.migrations`: created, stamped or upgraded;
+        two processes starting together migrate once)."""
+        run_migrations(self.engine, self.table_prefix)
 
     def drop_tables(self) -> None:
-        """Drop both tables (tests)."""
+        """Drop the batch tables and the version table (tests)."""
         self.metadata.drop_all(self.engine)
+        drop_version_table(self.engine, self.table_prefix)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

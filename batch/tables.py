@@ -8,6 +8,12 @@
   ``state`` (:class:`~batch.models.LineState`), the ``request`` body to send (JSON
   text) and, once there is one, the ``result``: the line's whole output line (JSON text). The
   output file is written from these rows at the end, so a result is kept exactly once.
+* ``<prefix>files``: one row per file uploaded through ``/v1/files`` (:mod:`batch.uploads`):
+  team, name, purpose, size in bytes, upload time and the URI of its content.
+
+These declarations are the head revision's shape, for queries: the tables are created and
+upgraded by the Alembic history in :mod:`batch.migrations` (a change here needs a new revision
+there).
 """
 
 from __future__ import annotations
@@ -53,3 +59,17 @@ def batch_tables(metadata: MetaData, prefix: str) -> tuple[Table, Table]:
         Index(f"ix_{prefix}batch_lines_state", "batch_id", "state"),
     )
     return batches, lines
+
+
+def files_table(metadata: MetaData, prefix: str) -> Table:
+    """The ``files`` table (uploads for ``/v1/files``) with ``prefix``, added to ``metadata``."""
+    return Table(
+        f"{prefix}files", metadata,
+        Column("file_id", String(64), primary_key=True),
+        Column("team", String(63), nullable=False, index=True),
+        Column("filename", String(255), nullable=False),
+        Column("purpose", String(32), nullable=False),
+        Column("bytes", Integer, nullable=False),
+        Column("created_at", Float, nullable=False),
+        Column("uri", Text, nullable=False),
+    )

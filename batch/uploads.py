@@ -18,17 +18,13 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from sqlalchemy import (
-    Column,
     Engine,
-    Float,
-    Integer,
     MetaData,
-    String,
-    Table,
-    Text,
     delete,
     select,
 )
+
+from batch.tables import files_table
 
 FILE_PURPOSE = "batch"
 OUTPUT_PURPOSE = "batch_output"
@@ -87,29 +83,12 @@ def record_view(record: FileRecord) -> dict[str, Any]:
 
 
 class UploadStore:
-    """The ``<prefix>files`` table on ``engine`` (the batch store's)."""
+    """The ``<prefix>files`` table on ``engine`` (the batch store's, which creates and migrates it
+    with the other batch tables: :meth:`batch.store.BatchStore.create_tables`)."""
 
     def __init__(self, engine: Engine, table_prefix: str) -> None:
         self.engine = engine
-        self.metadata = MetaData()
-        self.files = Table(
-            f"{table_prefix}files", self.metadata,
-            Column("file_id", String(64), primary_key=True),
-            Column("team", String(63), nullable=False, index=True),
-            Column("filename", String(255), nullable=False),
-            Column("purpose", String(32), nullable=False),
-            Column("bytes", Integer, nullable=False),
-            Column("created_at", Float, nullable=False),
-            Column("uri", Text, nullable=False),
-        )
-
-    def create_tables(self) -> None:
-        """Create the table if missing."""
-        self.metadata.create_all(self.engine)
-
-    def drop_tables(self) -> None:
-        """Drop the table (tests)."""
-        self.metadata.drop_all(self.engine)
+        self.files = files_table(MetaData(), table_prefix)
 
     def insert(self, record: FileRecord) -> None:
         """Store a new upload's row."""

@@ -25,10 +25,12 @@ import time
 from pathlib import Path
 
 from modelfleet.config import load_config
-from replica.engine import Engine, StepResult
+from replica.engine import Engine
+from replica.engine_types import StepResult
 from sim.drills.common import pool_under_test
 from sim.fleet.gateway import Routing
-from sim.fleet.region import FleetSpec, simulate
+from sim.fleet.region import simulate
+from sim.fleet.types import FleetSpec
 from sim.traces.synthetic import CHAT, chat_arrivals
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,6 +8,7 @@ same config are byte-identical.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,11 +101,21 @@ def plain(value: Any, *, secret: bool = False) -> Any:
     return value
 
 
+def _ensure_event_loop() -> None:
+    """Pulumi's runtime reads ``asyncio.get_event_loop()``: give this thread a loop when an earlier
+    ``asyncio.run`` (a command, an async test) left it with none."""
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run_program(program: Callable[[], object], stack: str = "test",
                 mocks: RecordingMocks | None = None) -> RecordingMocks:
     """Run ``program`` under fresh recording mocks (not a preview: every value is known) and
     wait for every registration; exceptions raised by the program propagate."""
     mocks = mocks or RecordingMocks()
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
 
     def body() -> None:

@@ -33,17 +33,18 @@ class Images:
 
     @property
     def platform(self) -> str:
-        """Control plane and gateway_ext (``images/platform.Dockerfile``)."""
+        """The control plane, gateway_ext and the batch service (``images/platform.Dockerfile``:
+        the ``gateway``, ``control-plane`` and ``batch`` extras)."""
         return f"{self.registry}/platform:{self.tag}"
 
     @property
     def vllm(self) -> str:
-        """vLLM with the modelfleet middleware (``images/vllm.Dockerfile``)."""
+        """vLLM with the modelfleet middleware (``images/vllm.Dockerfile``: the ``middleware`` extra)."""
         return f"{self.registry}/vllm:{self.tag}"
 
     @property
     def sglang(self) -> str:
-        """SGLang with the modelfleet package (``images/sglang.Dockerfile``)."""
+        """SGLang as it ships, pinned (``images/sglang.Dockerfile``; runs nothing of the project)."""
         return f"{self.registry}/sglang:{self.tag}"
 
 

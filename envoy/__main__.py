@@ -10,7 +10,10 @@ configuration they received). With ``--state-file`` the router state is kept in 
 (rewritten atomically when it changes, at most 4 times a second) for gateways that start while
 the control plane is down, and read back at start: its replicas are routable again at once.
 
-The admin API needs the admin token (``--admin-token-file``, else ``MODELFLEET_ADMIN_TOKEN``).
+The admin API needs the admin token: ``--admin-token-file``, else ``ControlPlaneSettings``
+(``envoy_control.cli_args``): ``MODELFLEET_CONTROL_PLANE_ADMIN_TOKEN`` or
+``MODELFLEET_ADMIN_TOKEN``, as a variable or as a secret file in ``$MODELFLEET_SECRETS_DIR``
+(default ``/run/secrets/modelfleet``).
 The registry is ``--registry-url`` (default: ``registry.db`` beside ``--state-file``, else an
 in-memory SQLite); it is seeded from the config at start. With ``--prometheus-url`` the rollout
 controller runs (guard metrics from that Prometheus); its thresholds and stages are the config's
@@ -31,9 +34,9 @@ from pathlib import Path
 
 import httpx
 import uvicorn
-from envoy_control.api.deps import TOKEN_ENV, read_admin_token
+from envoy_control.api.deps import read_admin_token
 from envoy_control.api.http import create_app
-from envoy_control.cli_args import parse_args, registry_url
+from envoy_control.cli_args import ADMIN_TOKEN_ENV, ControlPlaneSettings, parse_args, registry_url
 from envoy_control.registry.store import Registry
 from envoy_control.resources.build import ListenerSpec
 from envoy_control.rollouts.driver import RolloutDriver
@@ -45,7 +48,8 @@ from envoy_control.xds.server import start_ads_server
 from sqlalchemy.exc import SQLAlchemyError
 
 from modelfleet.config import ConfigError
-from modelfleet.contract.router_state import RouterState, RouterStateError, load_router_state
+from modelfleet.contract.router_state import load_router_state
+from modelfleet.contract.router_state_types import RouterState, RouterStateError
 
 __all__ = ["main", "parse_args", "registry_url", "run"]
 
@@ -69,14 +73,16 @@ async def run(opts: argparse.Namespace) -> int:
     saved = _saved_state(opts.state_file)
     router = RouterPublisher(first_version=saved.state_version + 1 if saved else 1)
     try:
-        token = read_admin_token(opts.admin_token_file)
+        token = (read_admin_token(opts.admin_token_file) if opts.admin_token_file is not None
+                 else ControlPlaneSettings.from_env().admin_token)
         registry = Registry(registry_url(opts), opts.registry_table_prefix)
         registry.create_tables()
     except (OSError, ValueError, SQLAlchemyError) as exc:
         print(f"envoy_control: {exc}", file=sys.stderr)
         return 2
     if token is None:
-        log.warning("no admin token (--admin-token-file or %s): admin changes are refused", TOKEN_ENV)
+        log.warning("no admin token (--admin-token-file or %s): admin changes are refused",
+                    ADMIN_TOKEN_ENV)
     plane = ControlPlane(
         opts.config, cache, listener, region=opts.region, router=router, store=registry
     )

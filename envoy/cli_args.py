@@ -1,5 +1,14 @@
-"""The command line of ``python -m envoy_control`` (:mod:`envoy_control.__main__`) and what is
-derived from it alone."""
+"""The command line of ``python -m envoy_control`` (:mod:`envoy_control.__main__`), what is
+derived from it alone, and :class:`ControlPlaneSettings`: the one setting that is not a flag.
+
+:class:`ControlPlaneSettings` is a pydantic-settings ``BaseSettings``: each field ``name`` comes
+from the environment variable ``MODELFLEET_CONTROL_PLANE_<NAME>``, else a secret file of that
+same name in the secrets directory (``$MODELFLEET_SECRETS_DIR``, default
+``/run/secrets/modelfleet``; names match without regard to case, surrounding whitespace is
+dropped; a missing directory is ignored), else the default. The admin token is also read from
+its older name ``MODELFLEET_ADMIN_TOKEN`` (variable or file); ``--admin-token-file`` wins over
+all of them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,31 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from envoy_control.api.deps import TOKEN_ENV
+from envoy_control.api.deps import MIN_TOKEN_CHARS, TOKEN_ENV
+from pydantic import AliasChoices, Field
+
+from modelfleet.settings import (
+    DEFAULT_SECRETS_DIR,
+    SECRETS_DIR_ENV,
+    ServiceSettings,
+    service_config,
+)
+
+ENV_PREFIX = "MODELFLEET_CONTROL_PLANE_"
+ADMIN_TOKEN_ENV = ENV_PREFIX + "ADMIN_TOKEN"
+
+
+
+class ControlPlaneSettings(ServiceSettings):
+    """The control plane's settings that are not flags (see the module's docstring)."""
+
+    model_config = service_config(ENV_PREFIX, env_ignore_empty=True, validate_by_name=True,
+                                  hide_input_in_errors=True)
+
+    admin_token: str | None = Field(
+        default=None, min_length=MIN_TOKEN_CHARS, repr=False,
+        validation_alias=AliasChoices(ADMIN_TOKEN_ENV, TOKEN_ENV))
+    """The admin API's bearer token (None: admin changes are refused)."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -48,7 +81,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--admin-token-file",
         type=Path,
         default=None,
-        help=f"file whose first line is the admin token (default: ${TOKEN_ENV})",
+        help=f"file whose first line is the admin token (default: ${ADMIN_TOKEN_ENV} or "
+        f"${TOKEN_ENV}, or a secret file of either name in ${SECRETS_DIR_ENV} "
+        f"(default {DEFAULT_SECRETS_DIR}))",
     )
     p.add_argument(
         "--registry-url",

@@ -5,8 +5,9 @@
         [--spool usage-spool.jsonl] [--region us-east-1] [--debug] \\
         [--control-plane-url http://127.0.0.1:8081] [--router-state-file router-state.json]
 
-Every flag has a ``MODELFLEET_GATEWAY_*`` environment variable (see ``gateway_ext.settings``);
-flags win. Exits 2 on an invalid config.
+Every flag, and every other setting, has a ``MODELFLEET_GATEWAY_*`` environment variable and may
+come from a secret file of the same name (see ``gateway_ext.settings``); flags win over both.
+Exits 2 on an invalid setting or config.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from pathlib import Path
 
 import uvicorn
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from gateway_ext.runtime import build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import ConfigError
+from modelfleet.settings import settings_error
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -57,8 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = Settings.from_env(**vars(args))
-    except ValidationError as exc:
-        print(f"gateway_ext: {exc}", file=sys.stderr)
+    except (ValidationError, SettingsError, OSError) as exc:
+        print(f"gateway_ext: {settings_error(exc)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway_ext.limits.admission import (
+from gateway_ext.limits.admission import PoolAdmission
+from gateway_ext.limits.admission_types import (
     AdmissionDecision,
     AdmissionReason,
     AdmissionRequest,
     Outcome,
-    PoolAdmission,
 )
 from gateway_ext.limits.bucket_store import (
     BucketKey,

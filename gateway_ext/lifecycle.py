@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.limits.admission import AdmissionDecision, Outcome
+from gateway_ext.limits.admission_types import AdmissionDecision, Outcome
 from gateway_ext.limits.bucket_store import BucketKey, Settlement, SettleVerdict
 from gateway_ext.limits.retry_budget import fingerprint, retry_after_headers
 from gateway_ext.metrics import GatewayMetrics, MetricsRecorder

@@ -1,58 +1,34 @@
-"""gateway_ext's settings: one :class:`Settings`, read from ``MODELFLEET_GATEWAY_*`` environment
-variables, then overridden by command-line flags (``python -m gateway_ext``).
+"""gateway_ext's settings: one :class:`Settings`, a pydantic-settings ``BaseSettings``.
 
-Each field ``name`` is read from ``MODELFLEET_GATEWAY_<NAME>`` (``MODELFLEET_GATEWAY_REDIS_URL``);
-mappings are JSON (``MODELFLEET_GATEWAY_REPLICAS='{"chat-7b@v13": 3}'``). This follows
-pydantic-settings' ``BaseSettings`` with ``env_prefix``; that package is not installed in this
-environment, so :meth:`Settings.from_env` does the (small) part of its work this service needs.
+Each field ``name`` comes from, first to last: the command-line flag (``python -m gateway_ext``,
+passed as an init keyword), the environment variable ``MODELFLEET_GATEWAY_<NAME>``
+(``MODELFLEET_GATEWAY_REDIS_URL``; lists and mappings as JSON:
+``MODELFLEET_GATEWAY_REPLICAS='{"chat-7b@v13": 3}'``), a secret file of that same name in the
+secrets directory (``$MODELFLEET_SECRETS_DIR``, default ``/run/secrets/modelfleet``: e.g. a
+Kubernetes Secret mounted there; names match without regard to case, surrounding whitespace is
+dropped; a missing directory is ignored), then the default.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelfleet.config.schema import Tier
 from modelfleet.contract.headers import MAX_BODY_BYTES
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL
+from modelfleet.settings import ServiceSettings, service_config
 
 ENV_PREFIX = "MODELFLEET_GATEWAY_"
 
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 
-def _structured(annotation: Any) -> bool:
-    """Whether a field of this type is read from its variable as JSON (lists, mappings, and
-    optional ones)."""
-    if get_origin(annotation) in (dict, list, tuple, set):
-        return True
-    return any(_structured(arg) for arg in get_args(annotation))
-
-
-def settings_from_env(cls: type[SettingsT], prefix: str, environ: Mapping[str, str] | None,
-                      overrides: Mapping[str, Any]) -> SettingsT:
-    """``cls`` from ``prefix + FIELD`` variables of ``environ`` (default ``os.environ``; lists and
-    mappings as JSON), with ``overrides`` (flags; None values ignored) taking precedence: what
-    pydantic-settings' ``BaseSettings(env_prefix=...)`` does, for every modelfleet service."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for name, field in cls.model_fields.items():
-        raw = env.get(prefix + name.upper())
-        if raw is not None:
-            values[name] = json.loads(raw) if _structured(field.annotation) else raw
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return cls.model_validate(values)
-
-
-class Settings(BaseModel):
+class Settings(ServiceSettings):
     """Everything the service needs; units in the names (seconds, bytes, tokens)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = service_config(ENV_PREFIX)
 
     config_dir: Path = Path("config")
     """The declared platform config (teams, keys, limits, models)."""
@@ -117,9 +93,3 @@ class Settings(BaseModel):
         """Queue timeout per tier, in seconds."""
         return {"interactive": self.queue_timeout_interactive_s,
                 "standard": self.queue_timeout_standard_s, "batch": self.queue_timeout_batch_s}
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from ``environ`` (default: ``os.environ``) with ``overrides`` (flags given
-        on the command line; None values are ignored) taking precedence."""
-        return settings_from_env(cls, ENV_PREFIX, environ, overrides)

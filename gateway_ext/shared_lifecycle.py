@@ -30,7 +30,7 @@ from typing import Any
 
 from gateway_ext.decision import Admitted, GatewayCore, Refused
 from gateway_ext.lifecycle import RequestLifecycle, UsageReport
-from gateway_ext.limits.admission import Outcome
+from gateway_ext.limits.admission_types import Outcome
 from gateway_ext.limits.async_fallback_store import AsyncFallbackBucketStore
 from gateway_ext.limits.bucket_store import BucketKey, Concurrency, Settlement, SettleVerdict
 from gateway_ext.limits.buckets import Verdict

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -68,3 +69,32 @@ def table_prefix() -> str:
     """A table-name prefix of this test alone (the store's ``drop_tables`` removes its tables)."""
     return f"gwt_{uuid.uuid4().hex[:10]}_"
 
+
+def schema_diffs(engine: sqlalchemy.Engine, metadata: sqlalchemy.MetaData) -> list[Any]:
+    """What Alembic's autogenerate finds between ``metadata``'s tables and the database (other
+    tables in it are ignored): empty when the migrations made exactly the declared shape."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    names = set(metadata.tables)
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={
+            "include_name": lambda name, kind, _parent: kind != "table" or name in names,
+            "compare_server_default": True})
+        return list(compare_metadata(ctx, metadata))
+
+
+def recorded_revisions(engine: sqlalchemy.Engine, version_table: str) -> list[str]:
+    """The revisions an Alembic version table holds."""
+    with engine.connect() as conn:
+        return [r[0] for r in conn.execute(sqlalchemy.text(
+            f'SELECT version_num FROM "{version_table}"'))]
+
+
+def migration_database(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> tuple[str, str]:
+    """For a fixture parametrised ``["sqlite", "postgres"]``: a database URL and a table prefix,
+    a SQLite file ``<name>.db`` under ``tmp_path`` (prefix ``mf_``) or the test Postgres with
+    this test's own prefix."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url"), request.getfixturevalue("table_prefix")
+    return f"sqlite:///{tmp_path / f'{name}.db'}", "mf_"

@@ -13,7 +13,8 @@ the wall clock), ``python -m replica`` (the CLI), ``replica.testing`` (a server 
 """
 
 from replica.clock import Clock, ManualClock
-from replica.engine import Engine, EngineRequest, EngineStats, StepResult
+from replica.engine import Engine
+from replica.engine_types import EngineRequest, EngineStats, StepResult
 from replica.params import CHAT_7B, PRESETS, REASON_70B, EngineParams, params_from_json, preset
 
 __all__ = [

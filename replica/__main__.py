@@ -7,7 +7,8 @@
         [--control-plane-url http://127.0.0.1:8081 --advertise-host 127.0.0.1] [--debug]
 
 The engine's app runs inside the modelfleet middleware (``replica_middleware.middleware``), as real vLLM does
-with ``--middleware``: flags that are not given fall back to the same ``MODELFLEET_*`` variables.
+with ``--middleware``: flags that are not given fall back to the same ``MODELFLEET_*`` variables
+(and secret files: ``replica_middleware.settings``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import sys
 from collections.abc import Sequence
 
@@ -53,8 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="the address the control plane gives Envoy for this replica (default: --host)")
     ap.add_argument("--debug", action="store_true",
                     help="serve /v1/debug/engine (slow the engine down, make it fail)")
-    ap.add_argument("--shutdown-timeout", type=float,
-                    default=float(os.environ.get("MODELFLEET_SHUTDOWN_TIMEOUT_S", "10")),
+    ap.add_argument("--shutdown-timeout", type=float, default=None,
                     help="seconds open streams may take to finish after the drain grace, as "
                          "vLLM's --shutdown-timeout (default $MODELFLEET_SHUTDOWN_TIMEOUT_S or 10)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -80,7 +79,8 @@ def config_from_args(args: argparse.Namespace) -> ReplicaConfig:
 
 
 def middleware_settings(args: argparse.Namespace, config: ReplicaConfig) -> MiddlewareSettings:
-    """The middleware's settings: flags, else ``MODELFLEET_*`` variables. Raises ValueError."""
+    """The middleware's settings: flags, else ``MODELFLEET_*`` variables, else secret files.
+    Raises ValueError (``pydantic.ValidationError``)."""
     model, _, version = config.model_version.rpartition("@")
     return MiddlewareSettings.from_env(
         replica_id=args.replica_id or None,
@@ -93,6 +93,7 @@ def middleware_settings(args: argparse.Namespace, config: ReplicaConfig) -> Midd
         control_plane_url=args.control_plane_url,
         settle_url=args.settle_url,
         time_scale=args.time_scale,
+        shutdown_timeout_s=args.shutdown_timeout,
     )
 
 
@@ -105,13 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         settings = middleware_settings(args, config)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OSError: an unreadable secrets directory
         print(f"replica: {exc}", file=sys.stderr)
         return 2
     app = serve_app(config, settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                 access_log=False,
-                timeout_graceful_shutdown=max(1, math.ceil(args.shutdown_timeout)))
+                timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)))
     return 0
 
 

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from modelfleet.contract import tokens
 from replica.driver import EngineDead, EngineDriver, RequestHandle
-from replica.engine import EngineRequest
+from replica.engine_types import EngineRequest
 from replica.generation import OutputPlan, plan_output
 from replica.judge import judge_plan
 from replica.params import CHAT_7B, EngineParams

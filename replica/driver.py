@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 from replica.clock import ManualClock
-from replica.engine import Engine, EngineRequest, StepResult, TokenOutput
+from replica.engine import Engine
+from replica.engine_types import EngineRequest, StepResult, TokenOutput
 
 log = logging.getLogger(__name__)
 

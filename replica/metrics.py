@@ -9,6 +9,12 @@ the modelled GPU would measure, whatever ``--time-scale`` the simulation runs at
 V1 engine does: ``stop`` (end token or stop string), ``length`` (``max_tokens`` or the context
 reached), ``abort`` (the client left, or the engine failed, before the last token). The rollout
 guard's error rate is the share of ``abort`` (``rules/guard.yml``, ``envoy_control.rollouts.prom``).
+
+Names come from :mod:`modelfleet.contract.metrics`. Like real vLLM, the engine exports no load
+figure of modelfleet's own: tokens in flight (``modelfleet_replica_tokens_in_flight``) comes from
+the middleware wrapped around it (``replica_middleware.metrics``), as on a real replica, so a
+simulated replica's ``/metrics`` carries one series for it. The only ``modelfleet_*`` name here is
+``modelfleet_replica_info``, the simulated replica's identity.
 """
 
 from __future__ import annotations
@@ -19,16 +25,33 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from modelfleet.contract.metrics import TTFT_BUCKETS
-from replica.engine import EngineStats, StepResult
+from modelfleet.contract.metrics import (
+    E2E_BUCKETS,
+    ENGINE_LABEL,
+    FINISHED_ABORT,
+    FINISHED_REASON_LABEL,
+    FINISHED_REASONS,
+    ITL_BUCKETS,
+    MODEL_NAME_LABEL,
+    REPLICA_INFO,
+    TTFT_BUCKETS,
+    VLLM_E2E,
+    VLLM_GENERATION_TOKENS,
+    VLLM_ITL,
+    VLLM_KV_CACHE_USAGE,
+    VLLM_PREEMPTIONS,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    VLLM_PROMPT_TOKENS,
+    VLLM_REQUEST_SUCCESS,
+    VLLM_RUNNING,
+    VLLM_TTFT,
+    VLLM_WAITING,
+)
+from replica.engine_types import EngineStats, StepResult
 
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-LABELS = ("model_name", "engine")
-FINISHED_REASONS = ("stop", "length", "abort")
-"""vLLM's ``finished_reason`` label values (``vllm.v1.engine.FinishReason``, lower-cased)."""
+LABELS = (MODEL_NAME_LABEL, ENGINE_LABEL)
+"""vLLM's labels on every series of the engine."""
 
 
 class _EngineCollector(Collector):
@@ -42,36 +65,29 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
         gauges = (
-            ("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage),
+            (VLLM_RUNNING, "Number of requests in model execution batches.", s.running),
+            (VLLM_WAITING, "Number of requests waiting to be processed.", s.waiting),
+            (VLLM_KV_CACHE_USAGE, "KV-cache usage. 1 means 100 percent usage.", s.kv_usage),
         )
         for name, doc, value in gauges:
             g = GaugeMetricFamily(name, doc, labels=LABELS)
             g.add_metric(self._labels, value)
             yield g
         counters = (
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+            (VLLM_PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of queried tokens.",
              s.prefix_cache_queries),
-            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            (VLLM_PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached tokens.",
              s.prefix_cache_hits),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
-            ("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions),
+            (VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", s.prompt_tokens),
+            (VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", s.generation_tokens),
+            (VLLM_PREEMPTIONS, "Cumulative number of preemption from the engine.", s.preemptions),
         )
         for name, doc, value in counters:
             c = CounterMetricFamily(name, doc, labels=LABELS)
             c.add_metric(self._labels, value)
             yield c
-        tif = GaugeMetricFamily(
-            "modelfleet_tokens_in_flight",
-            "Prompt plus remaining output tokens of every request the replica holds (running and waiting).",
-            labels=LABELS,
-        )
-        tif.add_metric(self._labels, s.tokens_in_flight)
-        yield tif
         if self._info:
-            info = GaugeMetricFamily("modelfleet_replica_info", "Identity of this replica (always 1).",
+            info = GaugeMetricFamily(REPLICA_INFO, "Identity of this replica (always 1).",
                                      labels=list(self._info))
             info.add_metric(list(self._info.values()), 1)
             yield info
@@ -84,20 +100,20 @@ class ReplicaMetrics:
                  info: Mapping[str, str] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EngineCollector(stats, model_name, info or {}))
-        self._ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+        self._ttft = Histogram(VLLM_TTFT, "Histogram of time to first token in seconds.",
                                LABELS, registry=self.registry, buckets=TTFT_BUCKETS).labels(model_name, "0")
-        self._itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+        self._itl = Histogram(VLLM_ITL, "Histogram of inter-token latency in seconds.",
                               LABELS, registry=self.registry, buckets=ITL_BUCKETS).labels(model_name, "0")
-        self._e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+        self._e2e = Histogram(VLLM_E2E, "Histogram of e2e request latency in seconds.",
                               LABELS, registry=self.registry, buckets=E2E_BUCKETS).labels(model_name, "0")
-        success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          (*LABELS, "finished_reason"), registry=self.registry)
+        success = Counter(VLLM_REQUEST_SUCCESS, "Count of successfully processed requests.",
+                          (*LABELS, FINISHED_REASON_LABEL), registry=self.registry)
         self._success = {r: success.labels(model_name, "0", r) for r in FINISHED_REASONS}
 
     def finished(self, reason: str) -> None:
         """One request left the engine with ``reason`` (``stop``, ``length`` or ``abort``; any
         other value counts as ``abort``)."""
-        self._success.get(reason, self._success["abort"]).inc()
+        self._success.get(reason, self._success[FINISHED_ABORT]).inc()
 
     def observe_step(self, result: StepResult) -> None:
         """Record the latencies of one step's tokens (model seconds)."""

@@ -24,7 +24,8 @@ from modelfleet.contract.tokens import (
     chat_prompt_ids,
 )
 from replica.clock import ManualClock
-from replica.engine import Engine, EngineRequest
+from replica.engine import Engine
+from replica.engine_types import EngineRequest
 from replica.params import EngineParams
 
 _VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "north", "south", "east", "west", "red", "green", "blue", "amber", "river", "stone", "cloud", "field", "market", "ledger", "harbor", "signal", "engine"]

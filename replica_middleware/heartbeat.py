@@ -22,15 +22,16 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelfleet.contract.metrics import (
+    VLLM_KV_CACHE_USAGE_NAMES,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    VLLM_WAITING,
+)
 from replica_middleware.inflight import Load
 from replica_middleware.settings import MiddlewareSettings
 
 log = logging.getLogger(__name__)
-
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-QUERIES = "vllm:prefix_cache_queries"
-HITS = "vllm:prefix_cache_hits"
-WAITING = "vllm:num_requests_waiting"
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,13 @@ def parse_engine_metrics(text: str) -> EngineFigures:
     waiting: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if family.name in KV_USAGE and sample.name == family.name:
+            if sample.name in VLLM_KV_CACHE_USAGE_NAMES:
                 usage.append(sample.value)
-            elif family.name == WAITING and sample.name == family.name:
+            elif sample.name == VLLM_WAITING:
                 waiting = (waiting or 0.0) + sample.value
-            elif family.name == QUERIES and sample.name.endswith("_total"):
+            elif sample.name == VLLM_PREFIX_CACHE_QUERIES:
                 queries += sample.value
-            elif family.name == HITS and sample.name.endswith("_total"):
+            elif sample.name == VLLM_PREFIX_CACHE_HITS:
                 hits += sample.value
     kv = min(1.0, max(0.0, sum(usage) / len(usage))) if usage else 0.0
     queries_i = int(queries)

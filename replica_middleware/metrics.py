@@ -11,6 +11,11 @@ output can be compared with the live version's on the same dashboards:
 | ``modelfleet_replica_output_tokens{model_version, traffic}`` | histogram of finished answers' completion tokens |
 | ``modelfleet_refusals_total{model_version, traffic}`` | counter of finished answers that open with a refusal (:mod:`replica_middleware.refusals`); the series exists, at 0, from the first finished answer |
 | ``modelfleet_replica_tokens_in_flight``, ``modelfleet_replica_queue_depth``, ``modelfleet_replica_running`` | gauges: what the heartbeat reports |
+
+Names, label names and buckets come from :mod:`modelfleet.contract.metrics`. The middleware is
+the only exporter of tokens in flight (``modelfleet_replica_tokens_in_flight``, what the
+autoscaler's tokens trigger sums per pool): it runs inside real vLLM and the simulated engine
+alike, and neither engine exports a series of its own for that quantity.
 """
 
 from __future__ import annotations
@@ -21,10 +26,23 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from modelfleet.contract.metrics import TTFT_BUCKETS
+from modelfleet.contract.metrics import (
+    MODEL_VERSION_LABEL,
+    OUTCOME_LABEL,
+    OUTPUT_TOKEN_BUCKETS,
+    REFUSALS,
+    REPLICA_OUTPUT_TOKENS,
+    REPLICA_QUEUE_DEPTH,
+    REPLICA_REQUESTS,
+    REPLICA_RUNNING,
+    REPLICA_TTFT,
+    TOKENS_IN_FLIGHT,
+    TRAFFIC_LABEL,
+    TRAFFIC_SERVED,
+    TRAFFIC_SHADOW,
+    TTFT_BUCKETS,
+)
 from replica_middleware.inflight import Load
-
-OUTPUT_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 class _LoadCollector(Collector):
@@ -34,12 +52,11 @@ class _LoadCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         load = self._load()
         for name, doc, value in (
-            ("modelfleet_replica_tokens_in_flight",
+            (TOKENS_IN_FLIGHT,
              "Prompt plus remaining output tokens held, as the middleware estimates them.",
              load.tokens_in_flight),
-            ("modelfleet_replica_queue_depth", "Requests held without a first token.",
-             load.queue_depth),
-            ("modelfleet_replica_running", "Requests streaming.", load.running),
+            (REPLICA_QUEUE_DEPTH, "Requests held without a first token.", load.queue_depth),
+            (REPLICA_RUNNING, "Requests streaming.", load.running),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
 
@@ -50,16 +67,16 @@ class MiddlewareMetrics:
     def __init__(self, load: Callable[[], Load]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_LoadCollector(load))
-        labels = ("model_version", "traffic")
-        self.requests = Counter("modelfleet_replica_requests", "Chat requests by outcome.",
-                                (*labels, "outcome"), registry=self.registry)
-        self.ttft = Histogram("modelfleet_replica_ttft_seconds",
+        labels = (MODEL_VERSION_LABEL, TRAFFIC_LABEL)
+        self.requests = Counter(REPLICA_REQUESTS, "Chat requests by outcome.",
+                                (*labels, OUTCOME_LABEL), registry=self.registry)
+        self.ttft = Histogram(REPLICA_TTFT,
                               "Arrival to first token at the middleware (model seconds).",
                               labels, registry=self.registry, buckets=TTFT_BUCKETS)
-        self.output = Histogram("modelfleet_replica_output_tokens",
+        self.output = Histogram(REPLICA_OUTPUT_TOKENS,
                                 "Completion tokens of finished answers.", labels,
-                                registry=self.registry, buckets=OUTPUT_BUCKETS)
-        self.refusals = Counter("modelfleet_refusals",
+                                registry=self.registry, buckets=OUTPUT_TOKEN_BUCKETS)
+        self.refusals = Counter(REFUSALS,
                                 "Finished answers whose opening is a refusal (replica_middleware.refusals).",
                                 labels, registry=self.registry)
 
@@ -67,7 +84,7 @@ class MiddlewareMetrics:
                completion_tokens: int | None, refused: bool = False) -> None:
         """One request ended: ``ttft_s`` in model seconds, ``completion_tokens`` in tokens,
         ``refused``: a finished answer that opens with a refusal."""
-        traffic = "shadow" if shadow else "served"
+        traffic = TRAFFIC_SHADOW if shadow else TRAFFIC_SERVED
         self.requests.labels(version, traffic, outcome).inc()
         if outcome == "finished":
             self.refusals.labels(version, traffic).inc(1 if refused else 0)

@@ -1,9 +1,10 @@
-"""The replica middleware's settings, read from ``MODELFLEET_*`` environment variables.
+"""The replica middleware's settings: :class:`MiddlewareSettings`, a pydantic-settings
+``BaseSettings`` read from ``MODELFLEET_*`` environment variables.
 
 ``vllm serve --middleware replica_middleware.middleware.ModelfleetMiddleware`` instantiates the middleware
 with no arguments, so a real replica is configured by its environment; the Pulumi ``ModelPool``
-sets the first eight (``components/k8s/pool_manifests.py``). The simulated replica passes a
-:class:`MiddlewareSettings` built from its flags instead.
+sets the first eight (``components/k8s/pool_manifests.py``). The simulated replica passes its
+flags as init keywords (:meth:`MiddlewareSettings.from_env`), which win over the environment.
 
 | variable | field | meaning |
 |---|---|---|
@@ -18,90 +19,56 @@ sets the first eight (``components/k8s/pool_manifests.py``). The simulated repli
 | ``MODELFLEET_BEAT_INTERVAL_S`` | ``beat_interval_s`` | seconds between beats (1) |
 | ``MODELFLEET_DEFAULT_MAX_TOKENS`` | ``default_max_tokens`` | output assumed for a request without ``max_tokens`` (4096) |
 | ``MODELFLEET_DRAIN_GRACE_S`` | ``drain_grace_s`` | after SIGTERM, seconds of beating ``draining`` before the server stops accepting (0) |
-| ``MODELFLEET_HANDLE_SIGTERM`` | ``handle_sigterm`` | chain a SIGTERM handler (``1``) |
+| ``MODELFLEET_HANDLE_SIGTERM`` | ``handle_sigterm`` | chain a SIGTERM handler (``1``; ``0``/``false``/``no``/``off``: not) |
 | ``MODELFLEET_TIME_SCALE`` | ``time_scale`` | simulated replicas only: model seconds per wall second, for latency metrics (1) |
+| ``MODELFLEET_SHUTDOWN_TIMEOUT_S`` | ``shutdown_timeout_s`` | simulated replicas only: seconds open streams may take after the drain grace, as vLLM's ``--shutdown-timeout`` (10) |
+
+An empty variable counts as unset. Each value may also come from a secret file of the same name
+in the secrets directory (``$MODELFLEET_SECRETS_DIR``, default ``/run/secrets/modelfleet``; names
+match without regard to case, surrounding whitespace is dropped; a missing directory is
+ignored); a variable wins over a file. A malformed value raises ``pydantic.ValidationError``.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from pydantic import AliasChoices, Field
 
-ENV = {
-    "replica_id": "MODELFLEET_REPLICA_ID",
-    "host": "MODELFLEET_REPLICA_IP",
-    "port": "MODELFLEET_REPLICA_PORT",
-    "region": "MODELFLEET_REGION",
-    "model": "MODELFLEET_MODEL",
-    "version": "MODELFLEET_VERSION",
-    "pool": "MODELFLEET_POOL",
-    "control_plane_url": "MODELFLEET_CONTROL_PLANE_URL",
-    "settle_url": "MODELFLEET_SETTLE_URL",
-    "beat_interval_s": "MODELFLEET_BEAT_INTERVAL_S",
-    "default_max_tokens": "MODELFLEET_DEFAULT_MAX_TOKENS",
-    "drain_grace_s": "MODELFLEET_DRAIN_GRACE_S",
-    "handle_sigterm": "MODELFLEET_HANDLE_SIGTERM",
-    "time_scale": "MODELFLEET_TIME_SCALE",
-}
-"""Field -> environment variable."""
-HOST_ALIAS = "MODELFLEET_REPLICA_HOST"
+from modelfleet.settings import ServiceSettings, service_config
+
+ENV_PREFIX = "MODELFLEET_"
 
 
-@dataclass(frozen=True)
-class MiddlewareSettings:
-    """Who this replica is and where it reports (see the module's table); seconds, tokens."""
+
+class MiddlewareSettings(ServiceSettings):
+    """Who this replica is and where it reports (see the module's table); seconds, tokens.
+
+    ``host`` and ``port`` are read from ``MODELFLEET_REPLICA_IP`` (or ``_HOST``) and
+    ``MODELFLEET_REPLICA_PORT``; as keywords they keep their field names."""
+
+    model_config = service_config(ENV_PREFIX, env_ignore_empty=True, validate_by_name=True)
+    variables_only = True
+    """``host`` and ``port`` by their variables only (not ``MODELFLEET_HOST``/``_PORT``): their
+    field names are for keywords."""
 
     replica_id: str = ""
-    host: str = ""
-    port: int = 8000
+    host: str = Field(default="", validation_alias=AliasChoices("MODELFLEET_REPLICA_IP",
+                                                                 "MODELFLEET_REPLICA_HOST"))
+    port: int = Field(default=8000, ge=1, le=65535, validation_alias="MODELFLEET_REPLICA_PORT")
     region: str = ""
     model: str = ""
     version: str = ""
     pool: str = ""
     control_plane_url: str = ""
     settle_url: str = ""
-    beat_interval_s: float = 1.0
-    default_max_tokens: int = 4096
-    drain_grace_s: float = 0.0
+    beat_interval_s: float = Field(default=1.0, gt=0)
+    default_max_tokens: int = Field(default=4096, ge=1)
+    drain_grace_s: float = Field(default=0.0, ge=0)
     handle_sigterm: bool = True
-    time_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.beat_interval_s <= 0 or self.time_scale <= 0 or self.drain_grace_s < 0:
-            raise ValueError("beat_interval_s and time_scale must be positive, "
-                             "drain_grace_s not negative")
-        if self.default_max_tokens < 1 or not 0 < self.port < 65536:
-            raise ValueError("default_max_tokens must be >= 1 and port a TCP port")
+    time_scale: float = Field(default=1.0, gt=0)
+    shutdown_timeout_s: float = Field(default=10.0, ge=0)
 
     @property
     def beats(self) -> bool:
         """Whether heartbeats can be sent: a control plane, an id and an address."""
         return bool(self.control_plane_url and self.replica_id and self.host and self.model
                     and self.version)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> MiddlewareSettings:
-        """Settings from ``environ`` (default ``os.environ``); ``overrides`` (not None) win.
-        Raises ValueError on a malformed number."""
-        env = os.environ if environ is None else environ
-        kinds = {f.name: f.type for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for name, var in ENV.items():
-            raw = env.get(var)
-            if raw is None and name == "host":
-                raw = env.get(HOST_ALIAS)
-            if raw is None or raw == "":
-                continue
-            kind = kinds[name]
-            if kind == "int":
-                values[name] = int(raw)
-            elif kind == "float":
-                values[name] = float(raw)
-            elif kind == "bool":
-                values[name] = raw.strip().lower() not in ("0", "false", "no", "off")
-            else:
-                values[name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return replace(cls(), **values)

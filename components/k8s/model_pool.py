@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from autoscale.drain import drain_values
-from autoscale.policy import AutoscalePolicy, policy_from_data
+from autoscale.policy import policy_from_data
 from autoscale.scaledobject import DEFAULT_PROMETHEUS_URL, scaled_object
 from components.aws.buckets import weights_prefix
 from components.aws.gpu_types import gpu_instance
@@ -21,6 +21,7 @@ from components.k8s import pool_manifests as pm
 from components.k8s.objects import declare
 from components.outputs import known_after
 from components.settings import Images
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import Model, Pool, Version
 
 

@@ -37,7 +37,8 @@ from envoy_control.api.admin_models import (
     VersionOut,
 )
 from envoy_control.api.deps import Admin
-from envoy_control.registry.store import Registry, VersionConflict, identity, record_hash
+from envoy_control.registry.records import VersionConflict, identity, record_hash
+from envoy_control.registry.store import Registry
 from envoy_control.rollouts.driver import RolloutDriver, RolloutError
 from envoy_control.state.changes import (
     alias_changes,

@@ -17,8 +17,7 @@ Every ``/admin/...`` endpoint depends on :func:`admin_access`:
 from __future__ import annotations
 
 import hmac
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -58,17 +57,15 @@ class AdminCredential:
         )
 
 
-def read_admin_token(token_file: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The admin token: the first line of ``token_file``, else ``MODELFLEET_ADMIN_TOKEN``,
-    else None. Raises OSError if the file cannot be read, ValueError if it is empty."""
-    if token_file is not None:
-        lines = token_file.read_text(encoding="utf-8").splitlines()
-        token = lines[0].strip() if lines else ""
-        if not token:
-            raise ValueError(f"{token_file}: empty admin token file")
-        return token
-    env = os.environ if environ is None else environ
-    return env.get(TOKEN_ENV) or None
+def read_admin_token(token_file: Path) -> str:
+    """The admin token: the first line of ``token_file`` (``--admin-token-file``; without it the
+    settings read the token, :class:`envoy_control.cli_args.ControlPlaneSettings`). Raises OSError
+    if the file cannot be read, ValueError if it is empty."""
+    lines = token_file.read_text(encoding="utf-8").splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise ValueError(f"{token_file}: empty admin token file")
+    return token
 
 
 _bearer = HTTPBearer(

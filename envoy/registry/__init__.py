@@ -1,0 +1,2 @@
+"""The model registry in a SQL database (SQLAlchemy 2; SQLite locally, Postgres in production).
+"""

@@ -1,5 +1,6 @@
 """The model registry in a SQL database through SQLAlchemy 2: SQLite by default, Postgres in
-production (tables: :mod:`envoy_control.registry.tables`).
+production (tables: :mod:`envoy_control.registry.tables`, created and upgraded at start by their
+Alembic history, :mod:`envoy_control.registry.migrations`).
 
 A version never changes after registration: registering ``model@version`` again with any
 identity field different (:data:`IDENTITY_FIELDS`) raises :class:`VersionConflict`; the same
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
+from envoy_control.registry.migrations import drop_version_table, run_migrations
 from envoy_control.registry.records import (
     VersionConflict,
     at_utc,
@@ -21,17 +23,15 @@ from envoy_control.registry.records import (
     record_hash,
     served_rows,
 )
-from envoy_control.registry.tables import ADDED_COLUMNS, IDENTITY_FIELDS, make_tables
+from envoy_control.registry.tables import IDENTITY_FIELDS, make_tables
 from envoy_control.state.overrides import Override, override_from_dict
 from sqlalchemy import (
     Engine,
     create_engine,
     delete,
     insert,
-    inspect,
     make_url,
     select,
-    text,
     update,
 )
 from sqlalchemy.pool import StaticPool
@@ -66,23 +66,19 @@ class Registry:
                  connect_timeout_s: float = 3.0) -> None:
         self.url = url
         self.engine = make_engine(url, connect_timeout_s)
+        self.table_prefix = table_prefix
         self.t = make_tables(table_prefix)
 
     def create_tables(self) -> None:
-        """Create every table that is missing, and add the nullable columns of
-        :data:`ADDED_COLUMNS` that an older table lacks."""
-        self.t.metadata.create_all(self.engine)
-        with self.engine.begin() as conn:
-            for name, columns in ADDED_COLUMNS.items():
-                table = getattr(self.t, name)
-                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
-                for column in (table.c[c] for c in columns if c not in have):
-                    kind = column.type.compile(dialect=conn.dialect)
-                    conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+        """Bring every table to head with the registry's Alembic history: create them in an
+        empty database, stamp tables made before Alembic, upgrade older ones (``rollouts`` gets
+        ``previous``). Two control planes starting together migrate once (a lock)."""
+        run_migrations(self.engine, self.table_prefix)
 
     def drop_tables(self) -> None:
-        """Drop every table (tests)."""
+        """Drop every table and the version table (tests)."""
         self.t.metadata.drop_all(self.engine)
+        drop_version_table(self.engine, self.table_prefix)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

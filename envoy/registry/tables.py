@@ -1,8 +1,9 @@
 """The registry's tables (the seed's ``models``, ``model_versions``, ``pools``, ``rollouts``,
 ``teams``, ``team_limits``, plus ``desired_overrides``), named with a prefix (default ``mf_``)
 so that tests and other data never collide. Times are ``DateTime(timezone=True)`` in UTC.
-Columns added after a table's first release are listed in :data:`ADDED_COLUMNS`; the registry
-adds them to an older table at start.
+These declarations are the head revision's shape, for queries: the tables are created and
+upgraded by the Alembic history in :mod:`envoy_control.registry.migrations` (a change here needs
+a new revision there).
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ IDENTITY_FIELDS = (
 )
 """What a version *is*: registering it again with any of these different is refused. Status
 (lifecycle), the gate's capacity and eval report are facts about it, recorded later."""
-
-
-ADDED_COLUMNS = {"rollouts": ("previous",)}
-"""Per table, nullable columns later than its first release (added by ``create_tables``)."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from envoy_control.resources.routes import (
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
 from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
+from modelfleet.contract.errors import ErrorType
 
 WEIGHT_TOTAL = 10_000
 """Weights are basis points of traffic, so canary percents keep two decimals."""
@@ -98,15 +99,15 @@ def make_body_error_routes() -> list[rc.Route]:
     return [
         direct_route("body-not-json", invalid, 400, error_format(
             "We could not parse the JSON body of your request: send a JSON object with "
-            "'Content-Type: application/json'.", "invalid_request_error", None)),
+            "'Content-Type: application/json'.", ErrorType.INVALID_REQUEST, None)),
         direct_route("model-missing", model_match(MODEL_MISSING, post_only=True), 400,
                      error_format("You must provide a model parameter.",
-                                  "invalid_request_error", None, "model")),
+                                  ErrorType.INVALID_REQUEST, None, "model")),
         direct_route("model-unknown", model_match(None, post_only=True), 404,
                      error_format(f"The model `{model_value}` does not exist.",
-                                  "invalid_request_error", "model_not_found", "model")),
+                                  ErrorType.INVALID_REQUEST, "model_not_found", "model")),
         direct_route("unknown-url", rc.RouteMatch(prefix="/"), 404, error_format(
-            "Invalid URL (%REQ(:METHOD)% %REQ(:PATH)%).", "invalid_request_error",
+            "Invalid URL (%REQ(:METHOD)% %REQ(:PATH)%).", ErrorType.INVALID_REQUEST,
             "unknown_url")),
     ]
 

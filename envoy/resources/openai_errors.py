@@ -18,24 +18,21 @@ from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from modelfleet.contract.errors import ErrorType, error_body
 from modelfleet.contract.headers import SHED_STATUS
 
 JSON = "application/json"
 
 
 def error_format(
-    message: str, error_type: str, code: str | None, param: str | None = None
+    message: str, error_type: ErrorType, code: str | None, param: str | None = None
 ) -> substitution_format_string_pb2.SubstitutionFormatString:
-    """A JSON body format ``{"error": {"message", "type", "param", "code"}}``.
+    """A JSON body format of :func:`modelfleet.contract.errors.error_body`.
 
     ``message`` may hold Envoy format commands; ``param``/``code`` of None become JSON null.
     """
     body = struct_pb2.Struct()
-    error = body.get_or_create_struct("error")
-    error["message"] = message
-    error["type"] = error_type
-    error["param"] = param
-    error["code"] = code
+    body.update(error_body(message, error_type, code, param))
     return substitution_format_string_pb2.SubstitutionFormatString(
         json_format=body, content_type=JSON
     )
@@ -94,7 +91,7 @@ def make_local_reply_config() -> hcm_pb2.LocalReplyConfig:
             body_format_override=error_format(
                 "The gateway could not check this request; retry shortly "
                 "(%RESPONSE_CODE_DETAILS%).",
-                "server_error",
+                ErrorType.SERVER,
                 "gateway_unavailable",
             ),
             headers_to_add=[
@@ -106,15 +103,15 @@ def make_local_reply_config() -> hcm_pb2.LocalReplyConfig:
         ),
         hcm_pb2.ResponseMapper(
             filter=_status_filter(accesslog_pb2.ComparisonFilter.GE, 500),
-            body_format_override=error_format(detail, "server_error", "upstream_unavailable"),
+            body_format_override=error_format(detail, ErrorType.SERVER, "upstream_unavailable"),
         ),
         hcm_pb2.ResponseMapper(
             filter=_status_filter(accesslog_pb2.ComparisonFilter.EQ, 413),
-            body_format_override=error_format(detail, "invalid_request_error", "request_too_large"),
+            body_format_override=error_format(detail, ErrorType.INVALID_REQUEST, "request_too_large"),
         ),
         hcm_pb2.ResponseMapper(
             filter=_status_filter(accesslog_pb2.ComparisonFilter.EQ, 408),
-            body_format_override=error_format(detail, "invalid_request_error", "request_timeout"),
+            body_format_override=error_format(detail, ErrorType.INVALID_REQUEST, "request_timeout"),
         ),
     ]
     return hcm_pb2.LocalReplyConfig(mappers=mappers)

@@ -30,6 +30,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
+from modelfleet.contract.errors import ErrorType
 from modelfleet.contract.headers import (
     DESTINATION_HEADER,
     RESERVATION_HEADER,
@@ -230,7 +231,7 @@ def make_error_routes() -> list[rc.Route]:
             404,
             error_format(
                 f"The model `%REQ({ROUTE_VERSION_HEADER})%` is not served here.",
-                "invalid_request_error",
+                ErrorType.INVALID_REQUEST,
                 "model_not_found",
                 "model",
             ),
@@ -240,7 +241,7 @@ def make_error_routes() -> list[rc.Route]:
             rc.RouteMatch(prefix="/"),
             404,
             error_format(
-                "Invalid URL (%REQ(:METHOD)% %REQ(:PATH)%).", "invalid_request_error", "unknown_url"
+                "Invalid URL (%REQ(:METHOD)% %REQ(:PATH)%).", ErrorType.INVALID_REQUEST, "unknown_url"
             ),
         ),
     ]

@@ -15,7 +15,8 @@ live version: both serve the same name). Over a window ``W``:
 | refusal rate | ``modelfleet_refusals_total`` (the replica middleware's count of answers opening with a refusal, :mod:`replica_middleware.refusals`) over finished requests |
 
 A query with no answer (series not exported, nothing in the window) reads as None: that metric
-is not judged (:mod:`envoy_control.rollouts.guard`).
+is not judged (:mod:`envoy_control.rollouts.guard`). Metric and label names come from
+:mod:`modelfleet.contract.metrics`.
 """
 
 from __future__ import annotations
@@ -27,17 +28,32 @@ from typing import Any
 import httpx
 from envoy_control.rollouts.guard import VersionMetrics
 
-REQUESTS = "sum(increase(vllm:e2e_request_latency_seconds_count{$SEL}[$W]))"
+from modelfleet.contract.metrics import (
+    BUCKET_LABEL,
+    FINISHED_LENGTH,
+    FINISHED_REASON_LABEL,
+    FINISHED_STOP,
+    MODEL_LABEL,
+    REFUSALS,
+    VERSION_LABEL,
+    VLLM_E2E,
+    VLLM_GENERATION_TOKENS,
+    VLLM_REQUEST_SUCCESS,
+    VLLM_TTFT,
+)
+
+REQUESTS = f"sum(increase({VLLM_E2E}_count{{$SEL}}[$W]))"
 ERROR_RATE = (
-    'sum(increase(vllm:request_success_total{$SEL,finished_reason!~"stop|length"}[$W]))'
-    " / sum(increase(vllm:request_success_total{$SEL}[$W]))"
+    f'sum(increase({VLLM_REQUEST_SUCCESS}'
+    f'{{$SEL,{FINISHED_REASON_LABEL}!~"{FINISHED_STOP}|{FINISHED_LENGTH}"}}[$W]))'
+    f" / sum(increase({VLLM_REQUEST_SUCCESS}{{$SEL}}[$W]))"
 )
 TTFT_P95 = (
-    "histogram_quantile(0.95, sum by (le) "
-    "(increase(vllm:time_to_first_token_seconds_bucket{$SEL}[$W])))"
+    f"histogram_quantile(0.95, sum by ({BUCKET_LABEL}) "
+    f"(increase({VLLM_TTFT}_bucket{{$SEL}}[$W])))"
 )
-OUTPUT_TOKENS_MEAN = f"sum(increase(vllm:generation_tokens_total{{$SEL}}[$W])) / {REQUESTS}"
-REFUSAL_RATE = f"sum(increase(modelfleet_refusals_total{{$SEL}}[$W])) / {REQUESTS}"
+OUTPUT_TOKENS_MEAN = f"sum(increase({VLLM_GENERATION_TOKENS}{{$SEL}}[$W])) / {REQUESTS}"
+REFUSAL_RATE = f"sum(increase({REFUSALS}{{$SEL}}[$W])) / {REQUESTS}"
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,7 @@ def duration(seconds: float) -> str:
 
 def selector(model: str, version: str, extra: dict[str, str] | None = None) -> str:
     """The label matchers of one version's series: ``model="chat-7b",version="v14"``."""
-    labels = {**(extra or {}), "model": model, "version": version}
+    labels = {**(extra or {}), MODEL_LABEL: model, VERSION_LABEL: version}
     quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in labels.values())
     return ",".join(f'{k}="{v}"' for k, v in zip(labels, quoted, strict=True))
 

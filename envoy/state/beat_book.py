@@ -16,7 +16,7 @@ from envoy_control.state.pool_state import (
 )
 from envoy_control.state.replicas import Replica
 
-from modelfleet.contract.router_state import RouterState
+from modelfleet.contract.router_state_types import RouterState
 
 
 class BeatBook:

@@ -42,7 +42,7 @@ from envoy_control.xds.snapshot import Snapshot, new_snapshot, same_resources
 from google.protobuf.message import Message
 
 from modelfleet.config import ConfigError, PlatformConfig, Problem, load_config
-from modelfleet.contract.router_state import RouterState
+from modelfleet.contract.router_state_types import RouterState
 
 log = logging.getLogger(__name__)
 

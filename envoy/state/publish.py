@@ -20,12 +20,12 @@ from envoy_control.resources.build import served_version_keys
 from envoy_control.state.pool_state import PoolState
 
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.router_state import (
+from modelfleet.contract.router_state import write_router_state
+from modelfleet.contract.router_state_types import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
-    write_router_state,
 )
 from modelfleet.contract.router_teams import TeamLimitRoute, TeamRoute
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gateway_ext.limits.admission import AdmissionConfig, PoolAdmission, pool_capacity_tokens
+from gateway_ext.limits.admission import PoolAdmission, pool_capacity_tokens
+from gateway_ext.limits.admission_types import AdmissionConfig
 from gateway_ext.limits.bucket_store import reservation_ttl_s
 from gateway_ext.limits.concurrency import TeamConcurrency
 from modelfleet.config.local_plan import replica_counts

@@ -4,9 +4,13 @@ Two tables, named with a prefix (default ``mf_``) so that tests and other data n
 
 * ``<prefix>usage``: one row per (team, model, version, region, tier, minute) with the counters
   of :mod:`gateway_ext.metering.meter`; writing adds to an existing row (upsert ``ON CONFLICT DO
-  UPDATE``). A table from before tiers is migrated at start (:mod:`gateway_ext.metering.migrate`).
+  UPDATE``).
 * ``<prefix>usage_batches``: the id of every batch written, inserted in the same transaction as its
   rows, so writing a batch a second time (a spool replayed after a crash) adds nothing.
+
+The tables are created and upgraded at start by their Alembic history
+(:mod:`gateway_ext.metering.migrations`, version table ``<prefix>alembic_usage``); the
+declarations here are the head revision's shape, for queries.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from gateway_ext.metering.meter import (
     UsageRow,
     merge_rows,
 )
-from gateway_ext.metering.migrate import add_tier_column
+from gateway_ext.metering.migrations import drop_version_table, run_migrations
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL, make_engine
 
 KEY_COLUMNS = ("team", "model", "version", "region", "tier", "minute")
@@ -57,6 +61,7 @@ class UsageStore:
     def __init__(self, url: str = DEFAULT_URL, table_prefix: str = DEFAULT_TABLE_PREFIX,
                  connect_timeout_s: float = 3.0) -> None:
         self.engine: Engine = make_engine(url, connect_timeout_s)
+        self.table_prefix = table_prefix
         self.metadata = MetaData()
         self.usage = Table(
             f"{table_prefix}usage", self.metadata,
@@ -76,14 +81,16 @@ class UsageStore:
         )
 
     def create_tables(self) -> None:
-        """Create both tables if missing; add the ``tier`` column (and key) to a usage table
-        from before tiers (its rows read as :data:`~gateway_ext.metering.meter.DEFAULT_TIER`)."""
-        self.metadata.create_all(self.engine)
-        add_tier_column(self.engine, self.usage)
+        """Bring both tables to head: create them in an empty database, stamp tables made
+        before Alembic, upgrade older ones (a usage table from before tiers gets the ``tier``
+        column and key; its rows read as :data:`~gateway_ext.metering.meter.DEFAULT_TIER`).
+        Two processes starting together migrate once (:func:`modelfleet.db.run_migrations`)."""
+        run_migrations(self.engine, self.table_prefix)
 
     def drop_tables(self) -> None:
-        """Drop both tables (tests)."""
+        """Drop both tables and the version table (tests)."""
         self.metadata.drop_all(self.engine)
+        drop_version_table(self.engine, self.table_prefix)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -33,12 +33,8 @@ from gateway_ext.limits.pools import with_state_pool
 from gateway_ext.limits.team_limits import with_team_limits
 from gateway_ext.routing.poller import Fetch, RouterStatePoller, http_fetch
 from gateway_ext.routing.router import Router
-from modelfleet.contract.router_state import (
-    RouterState,
-    RouterStateError,
-    load_router_state,
-    write_router_state,
-)
+from modelfleet.contract.router_state import load_router_state, write_router_state
+from modelfleet.contract.router_state_types import RouterState, RouterStateError
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from modelfleet.contract.router_state import RouterState, parse_router_state
+from modelfleet.contract.router_state import parse_router_state
+from modelfleet.contract.router_state_types import RouterState
 
 log = logging.getLogger(__name__)
 

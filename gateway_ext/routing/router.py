@@ -59,7 +59,7 @@ from gateway_ext.routing.versions import (
 )
 from modelfleet.config.schema import PlatformConfig
 from modelfleet.contract.headers import DESTINATION_HEADER
-from modelfleet.contract.router_state import ModelAlias, PoolRoute, RouterState
+from modelfleet.contract.router_state_types import ModelAlias, PoolRoute, RouterState
 
 log = logging.getLogger(__name__)
 

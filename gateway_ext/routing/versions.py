@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from gateway_ext.request import ChatRequest
 from modelfleet.config.schema import Model, PlatformConfig
-from modelfleet.contract.router_state import ModelAlias
+from modelfleet.contract.router_state_types import ModelAlias
 
 
 class VersionReason(StrEnum):

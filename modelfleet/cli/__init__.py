@@ -1,0 +1,2 @@
+"""The ``modelfleet`` command line (:mod:`.main`): one module per sub-command.
+"""

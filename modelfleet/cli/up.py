@@ -13,9 +13,11 @@ from types import FrameType
 from typing import Any
 
 from modelfleet.config import ConfigError
-from modelfleet.local.autoscaler import LocalAutoscaler, prepare_options
+from modelfleet.local.autoscaler import LocalAutoscaler
+from modelfleet.local.autoscaler_env import prepare_options
+from modelfleet.local.launch import StackOptions, redact_password
 from modelfleet.local.processes import pid_alive
-from modelfleet.local.stack import LocalStack, StackOptions, redact_password
+from modelfleet.local.stack import LocalStack
 from modelfleet.local.state import read_state, state_path, write_state
 
 PACKAGED_CONFIG = Path(__file__).resolve().parents[2] / "config"

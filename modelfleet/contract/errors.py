@@ -23,6 +23,14 @@ class ErrorType(StrEnum):
     SERVER = "server_error"
 
 
+def error_body(message: str, error_type: ErrorType, code: str | None,
+               param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``: the one shape every
+    refusal of the platform has, whether gateway_ext, the batch service or Envoy itself renders it
+    (Envoy's local replies pass ``message`` with its format commands)."""
+    return {"error": {"message": message, "type": str(error_type), "param": param, "code": code}}
+
+
 @dataclass(frozen=True, slots=True)
 class ApiError:
     """A refusal: HTTP ``status``, OpenAI ``type``, message, offending ``param`` and ``code``.
@@ -39,14 +47,7 @@ class ApiError:
 
     def body(self) -> dict[str, Any]:
         """The JSON body ``{"error": {"message", "type", "param", "code"}}``."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": str(self.type),
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        return error_body(self.message, self.type, self.code, self.param)
 
     def with_headers(self, headers: dict[str, str]) -> ApiError:
         """This error with ``headers`` added (later keys win)."""

@@ -49,7 +49,8 @@ from modelfleet.local.autoscaler_children import answers_health, kill_child, mem
 from modelfleet.local.autoscaler_env import MIN_PRESTOP_WALL_S, prepare_options, replica_env
 from modelfleet.local.autoscaler_readings import gateway_queue_depths, pool_load
 from modelfleet.local.autoscaler_view import AUTOSCALE_FILE
-from modelfleet.local.stack import HOST, LocalStack, register_replica
+from modelfleet.local.launch import HOST, register_replica
+from modelfleet.local.stack import LocalStack
 from modelfleet.local.state import write_state
 
 __all__ = ["MIN_PRESTOP_WALL_S", "LocalAutoscaler", "prepare_options", "replica_env"]

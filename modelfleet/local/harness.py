@@ -132,7 +132,6 @@ def postgres_stack(cwd: Path, config: Path, postgres_url: str, usage_prefix: str
     tables (``MODELFLEET_BATCH_TABLE_PREFIX``, else the usage prefix) dropped. The scaffolding
     of the live tests that need a second stack with a temporary config."""
     from batch.store import BatchStore
-    from batch.uploads import UploadStore
     from gateway_ext.metering.store import UsageStore
 
     env = {"MODELFLEET_GATEWAY_FLUSH_INTERVAL_S": "0.5",
@@ -148,6 +147,5 @@ def postgres_stack(cwd: Path, config: Path, postgres_url: str, usage_prefix: str
         store.dispose()
         batch_prefix = env.get("MODELFLEET_BATCH_TABLE_PREFIX", usage_prefix)
         batches = BatchStore(postgres_url, batch_prefix)
-        UploadStore(batches.engine, batch_prefix).drop_tables()
         batches.drop_tables()
         batches.dispose()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoscale.policy import AutoscalePolicy, queue_threshold, tokens_threshold
+from autoscale.policy import queue_threshold, tokens_threshold
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import Capacity, Version
 
 

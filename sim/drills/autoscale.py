@@ -20,8 +20,9 @@ from modelfleet.config.schema import PlatformConfig
 from sim.drills.common import RunOptions, fmt, pool_under_test, table, with_capacity
 from sim.fleet.gateway import Routing
 from sim.fleet.measures import Result, by_minute, quantile, served
-from sim.fleet.region import FleetSpec, Progress, simulate
+from sim.fleet.region import Progress, simulate
 from sim.fleet.scaling import ColdStart, scaler_setup
+from sim.fleet.types import FleetSpec
 from sim.traces.synthetic import CHAT, chat_arrivals
 
 

@@ -31,7 +31,8 @@ from sim.drills.common import RunOptions, fmt, pool_under_test, table, with_capa
 from sim.fleet.canary import Check, Controller
 from sim.fleet.clients import RetryPolicy
 from sim.fleet.gateway import Routing
-from sim.fleet.region import Fleet, FleetSpec, Progress, VersionSpec
+from sim.fleet.region import Fleet, Progress
+from sim.fleet.types import FleetSpec, VersionSpec
 from sim.traces.sources import arrivals
 
 FAULTS = ("slow", "long", "errors", "none")

@@ -21,7 +21,8 @@ from modelfleet.release.rate import Targets, latency_failures
 from sim.drills.common import RunOptions, fmt, pool_under_test, table
 from sim.fleet.gateway import Routing
 from sim.fleet.measures import hit_rates, quantile, served, slow_stream_share
-from sim.fleet.region import FleetSpec, Progress, simulate
+from sim.fleet.region import Progress, simulate
+from sim.fleet.types import FleetSpec
 from sim.traces.sources import arrivals
 from sim.traces.synthetic import PRESETS
 

@@ -23,8 +23,9 @@ from sim.fleet.clients import RetryPolicy
 from sim.fleet.gateway import Routing
 from sim.fleet.global_dns import GlobalRouting, run_regions
 from sim.fleet.measures import RequestRow, Result, by_minute, quantile, served
-from sim.fleet.region import FleetSpec, Progress
+from sim.fleet.region import Progress
 from sim.fleet.scaling import ColdStart, scaler_setup
+from sim.fleet.types import FleetSpec
 from sim.traces.sources import arrivals
 
 REGIONS = ("us-east-1", "eu-west-1")

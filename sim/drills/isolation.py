@@ -20,7 +20,8 @@ from modelfleet.config.schema import PlatformConfig, Tier
 from sim.drills.common import RunOptions, fmt, pool_under_test, table, with_capacity
 from sim.fleet.gateway import Routing
 from sim.fleet.measures import Measured, Result, quantile, served
-from sim.fleet.region import FleetSpec, Progress, simulate
+from sim.fleet.region import Progress, simulate
+from sim.fleet.types import FleetSpec
 from sim.traces.arrivals import Arrival, TeamMix, TeamShare
 from sim.traces.synthetic import CHAT, chat_arrivals
 

@@ -26,7 +26,8 @@ from sim.fleet.measures import (
     served,
     slow_stream_share,
 )
-from sim.fleet.region import FleetSpec, Progress, simulate
+from sim.fleet.region import Progress, simulate
+from sim.fleet.types import FleetSpec
 from sim.traces.sources import arrivals
 
 SEED_HIT_RATE = 0.8

@@ -35,7 +35,7 @@ from envoy_control.rollouts.guard import GuardVerdict, VersionMetrics, judge
 
 from gateway_ext.request import ChatRequest
 from gateway_ext.routing.versions import choose, pin_targets, settle_pin
-from modelfleet.contract.router_state import ModelAlias
+from modelfleet.contract.router_state_types import ModelAlias
 from sim.fleet.measures import quantile
 from sim.fleet.region import Fleet
 

@@ -18,12 +18,8 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.limits.admission import (
-    AdmissionConfig,
-    Outcome,
-    PoolAdmission,
-    pool_capacity_tokens,
-)
+from gateway_ext.limits.admission import PoolAdmission, pool_capacity_tokens
+from gateway_ext.limits.admission_types import AdmissionConfig, Outcome
 from gateway_ext.limits.bucket_store import MemoryBucketStore
 from gateway_ext.limits.retry_budget import RetryBudget, retry_after_headers
 from gateway_ext.metering.meter import UsageMeter

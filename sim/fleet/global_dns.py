@@ -21,7 +21,8 @@ from modelfleet.config.schema import PlatformConfig
 from sim.fleet.clients import Clients, RetryPolicy
 from sim.fleet.loop import TICK, Loop
 from sim.fleet.measures import RequestRow
-from sim.fleet.region import Fleet, FleetSpec, Progress
+from sim.fleet.region import Fleet, Progress
+from sim.fleet.types import FleetSpec
 from sim.traces.arrivals import Arrival
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from autoscale.rule import ScalerState
 from gateway_ext.decision import Refused
-from gateway_ext.limits.admission import AdmissionDecision, Outcome
+from gateway_ext.limits.admission_types import AdmissionDecision, Outcome
 from modelfleet.config.schema import PlatformConfig
 from sim.fleet.clients import Clients, retry_after_s
 from sim.fleet.gateway import SimGateway

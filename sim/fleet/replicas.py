@@ -15,7 +15,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from replica.clock import ManualClock
-from replica.engine import Engine, EngineRequest, StepResult
+from replica.engine import Engine
+from replica.engine_types import EngineRequest, StepResult
 from replica.params import EngineParams
 
 

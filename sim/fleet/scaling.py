@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autoscale.policy import AutoscalePolicy, queue_threshold, scaler_spec, tokens_threshold
+from autoscale.policy import queue_threshold, scaler_spec, tokens_threshold
 from autoscale.rule import Reading, ScalerSpec, ScalerState, desired_replicas
 from autoscale.triggers import QUEUE_TRIGGER, TOKENS_TRIGGER
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import Pool, Version
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway_ext.decision import Admitted
-from gateway_ext.limits.admission import AdmissionConfig
+from gateway_ext.limits.admission_types import AdmissionConfig
 from replica.params import EngineParams
 from sim.fleet.clients import RetryPolicy
 from sim.fleet.gateway import Routing

@@ -22,10 +22,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from autoscale.naming import QUEUE_DEPTH_METRIC, TOKENS_IN_FLIGHT_METRIC
-from autoscale.policy import AutoscalePolicy, policy_from_data
+from autoscale.policy import policy_from_data
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.load import load_config
 from modelfleet.config.schema import PlatformConfig, Pool, Version
+from modelfleet.contract.metrics import (
+    ENGINE_LABEL,
+    MODEL_NAME_LABEL,
+    TOKENS_IN_FLIGHT,
+    VLLM_WAITING,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,8 +68,9 @@ def chat_version(example_config: PlatformConfig) -> Version:
 
 @dataclass
 class FakeReplica:
-    """A replica's /metrics: vLLM's labels (``model_name``, ``engine``) on the two gauges the
-    ScaledObjects query; ``tokens`` and ``waiting`` can be changed while it serves."""
+    """A replica's /metrics, shaped as a real one's: the engine's ``vllm:num_requests_waiting``
+    with vLLM's labels (``model_name``, ``engine``) and the middleware's tokens in flight (no
+    labels of its own); ``tokens`` and ``waiting`` can be changed while it serves."""
 
     model: str
     version: str
@@ -90,10 +97,11 @@ class _GaugeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         r = self._replica
-        for name, value in ((TOKENS_IN_FLIGHT_METRIC, r.tokens), (QUEUE_DEPTH_METRIC, r.waiting)):
-            gauge = GaugeMetricFamily(name, "fake replica gauge", labels=["model_name", "engine"])
-            gauge.add_metric([r.model, "0"], value)
-            yield gauge
+        waiting = GaugeMetricFamily(VLLM_WAITING, "fake engine gauge",
+                                    labels=[MODEL_NAME_LABEL, ENGINE_LABEL])
+        waiting.add_metric([r.model, "0"], r.waiting)
+        yield waiting
+        yield GaugeMetricFamily(TOKENS_IN_FLIGHT, "fake middleware gauge", value=r.tokens)
 
 
 class _MetricsHandler(BaseHTTPRequestHandler):

@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscale.local_loop import local_pool
-from autoscale.policy import AutoscalePolicy
 from autoscale.scaledobject import scaled_objects
 from gateway_ext.metrics import make_metrics
 from modelfleet.cli.main import main
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.load import ConfigError, load_config
-from modelfleet.local.autoscaler import replica_env
+from modelfleet.local.autoscaler_env import replica_env
 from modelfleet.local.autoscaler_readings import gateway_queue_depths
 from modelfleet.local.autoscaler_view import render_autoscale
 from sim.fleet.scaling import scaler_setup

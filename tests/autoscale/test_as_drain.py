@@ -7,8 +7,9 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from autoscale.drain import DrainPolicy, DrainValues, drain_values, prestop_s
+from autoscale.drain import DrainValues, drain_values, prestop_s
 from autoscale.naming import deployment_name, pod_labels
+from modelfleet.config.autoscaling import DrainPolicy
 from modelfleet.config.schema import Model, PlatformConfig, Version
 
 

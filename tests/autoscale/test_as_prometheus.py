@@ -17,12 +17,15 @@ import httpx
 import pytest
 import yaml
 
-from autoscale.policy import AutoscalePolicy, scaler_spec
+from autoscale.naming import pod_labels, pod_monitor
+from autoscale.policy import scaler_spec
 from autoscale.promconfig import ReplicaTarget, prometheus_config
 from autoscale.rule import ScaleReason, ScalerState, desired_replicas
 from autoscale.scaledobject import scaled_object
 from autoscale.triggers import pool_triggers, readings
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import PlatformConfig, Pool, Version
+from modelfleet.contract.metrics import NAMESPACE_LABEL
 
 NAMESPACE = "modelfleet"
 Query = Callable[[str], float | None]
@@ -128,3 +131,46 @@ def test_scaled_object_queries_drive_the_rule(
                                 readings(pool_triggers(reason, reason_version, policy, NAMESPACE),
                                          values, datetime.now(UTC)), 3, 0.0)
     assert (decision.replicas, decision.reason) == (3, ScaleReason.METRICS_MISSING)
+
+
+def _pod_monitor_config(replicas: list[Any], gateway: Any) -> dict[str, Any]:
+    """What the Prometheus Operator makes of :func:`autoscale.naming.pod_monitor`, with each
+    fake replica as a discovered pod: its pod labels as ``__meta_kubernetes_pod_label_*``, its
+    namespace as ``__meta_kubernetes_namespace`` (copied to ``namespace``, as the Operator
+    does), then the PodMonitor's own relabelings as they are written. The gateway is scraped
+    as :func:`autoscale.naming.gateway_pod_monitor` does: no relabelling."""
+    endpoint = pod_monitor(NAMESPACE)["spec"]["podMetricsEndpoints"][0]
+    relabel = [{"source_labels": ["__meta_kubernetes_namespace"], "target_label": NAMESPACE_LABEL}]
+    for r in endpoint["relabelings"]:
+        relabel.append({"source_labels": r["sourceLabels"], "target_label": r["targetLabel"],
+                        **({"separator": r["separator"]} if "separator" in r else {})})
+    pods = [{"targets": [r.address],
+             "labels": {"__meta_kubernetes_namespace": r.namespace,
+                        **{"__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in k): v
+                           for k, v in pod_labels(r.model, r.version).items()}}}
+            for r in replicas]
+    job = {"metrics_path": "/metrics", "scrape_interval": "1s", "scrape_timeout": "1s"}
+    return {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "vllm-replicas", **job, "static_configs": pods,
+                 "relabel_configs": relabel},
+                {"job_name": "gateway-ext", **job, "static_configs": [
+                    {"targets": [gateway.address], "labels": {NAMESPACE_LABEL: NAMESPACE}}]}]}
+
+
+@pytest.mark.live
+def test_the_pod_monitors_pool_label_is_the_one_the_gateway_and_the_queries_use(
+        prometheus: Callable[[dict[str, Any]], str], fake_replicas: Callable[..., Any],
+        chat_pool: Pool, chat_version: Version, policy: AutoscalePolicy,
+        fake_gateway: Any) -> None:
+    # In a cluster: the PodMonitor's relabelling, not promconfig's static labels, names the
+    # pool of a replica's series; the gateway names it itself. One matcher must find both.
+    replicas = [fake_replicas("chat-7b", "v13", NAMESPACE, 40_000, 2),
+                fake_replicas("chat-7b", "v13", NAMESPACE, 30_000, 1),
+                fake_replicas("chat-7b", "v14", NAMESPACE, 999_999, 50)]  # the canary's pool
+    fake_gateway.queued("chat-7b@v13", "interactive", 4)
+    fake_gateway.queued("chat-7b@v14", "interactive", 500)
+    query = _query(prometheus(_pod_monitor_config(replicas, fake_gateway)))
+    queries = _queries(scaled_object(chat_pool, chat_version, policy, namespace=NAMESPACE))
+    assert _wait_for(query, queries["tokens-in-flight"], 70_000) == 70_000   # 40,000 + 30,000
+    assert _wait_for(query, queries["queue-depth"], 7) == 7                  # 2 + 1 engines, 4 gateway

@@ -9,10 +9,17 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 
-from autoscale.naming import deployment_name, pod_monitor, pool_name
-from autoscale.policy import AutoscalePolicy, policy_from_data
+from autoscale.naming import deployment_name, pod_labels, pod_monitor, pool_name
+from autoscale.policy import policy_from_data
 from autoscale.scaledobject import scaled_object, scaled_objects
+from modelfleet.config.autoscaling import AutoscalePolicy
 from modelfleet.config.schema import PlatformConfig, Pool, Version
+from modelfleet.contract.metrics import (
+    GATEWAY_POOL_QUEUE_DEPTH,
+    POOL_LABEL,
+    TOKENS_IN_FLIGHT,
+    VLLM_WAITING,
+)
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 PEAK = {"name": "eu-morning", "timezone": "Europe/Dublin", "start": "50 7 * * 1-5",
@@ -59,11 +66,12 @@ def test_chat_pool_in_detail(chat_pool: Pool, chat_version: Version, policy: Aut
     assert tokens["type"] == "prometheus" and tokens["metricType"] == "AverageValue"
     assert tokens["metadata"] == {
         "serverAddress": "http://prometheus:9090",
-        "query": 'sum(modelfleet_tokens_in_flight{namespace="modelfleet",pool="chat-7b-v13"})',
+        "query": f'sum({TOKENS_IN_FLIGHT}{{namespace="modelfleet",pool="chat-7b@v13"}})',
         "threshold": "78400", "activationThreshold": "0", "ignoreNullValues": "false"}
+    # one spelling of the pool label for the engines' series and the gateways' alike
     assert _triggers(so)["queue-depth"]["metadata"]["query"] == (
-        'sum(vllm:num_requests_waiting{namespace="modelfleet",pool="chat-7b-v13"})'
-        ' + (sum(modelfleet_gateway_pool_queue_depth{namespace="modelfleet",pool="chat-7b@v13"})'
+        f'sum({VLLM_WAITING}{{namespace="modelfleet",pool="chat-7b@v13"}})'
+        f' + (sum({GATEWAY_POOL_QUEUE_DEPTH}{{namespace="modelfleet",pool="chat-7b@v13"}})'
         ' or vector(0))')
     behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"] == {"stabilizationWindowSeconds": 600, "selectPolicy": "Min",
@@ -125,7 +133,12 @@ def test_names_are_dns_labels() -> None:
         assert DNS_LABEL.match(name) and len(name) <= 63
 
 
-def test_pod_monitor_sets_the_pool_label() -> None:
+def test_pod_monitor_joins_model_and_version_into_the_pool_label() -> None:
     endpoint = pod_monitor("modelfleet")["spec"]["podMetricsEndpoints"][0]
-    assert {"sourceLabels": ["__meta_kubernetes_pod_label_modelfleet_io_pool"],
-            "targetLabel": "pool"} in endpoint["relabelings"]
+    assert {"sourceLabels": ["__meta_kubernetes_pod_label_modelfleet_io_model",
+                             "__meta_kubernetes_pod_label_modelfleet_io_version"],
+            "separator": "@", "targetLabel": POOL_LABEL} in endpoint["relabelings"]
+    # the pod label holds the DNS-safe pool name, which never becomes the Prometheus label
+    assert pod_labels("chat-7b", "v13")["modelfleet.io/pool"] == "chat-7b-v13"
+    assert all(r["targetLabel"] != POOL_LABEL or r["sourceLabels"] != [
+        "__meta_kubernetes_pod_label_modelfleet_io_pool"] for r in endpoint["relabelings"])

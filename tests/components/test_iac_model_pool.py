@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -133,3 +134,26 @@ def test_weights_must_be_in_s3(build: Build, config: PlatformConfig, images: Ima
     args = _args(config, images, "chat-7b@v13", weights_uri="hf://org/chat-7b")
     with pytest.raises(ValueError, match="must be s3://"):
         build(lambda: ModelPool("bad", args))
+
+
+def _relabel(relabelings: list[dict[str, Any]], pod: dict[str, str]) -> dict[str, str]:
+    """Prometheus' ``replace`` relabelling (the default action) of a pod's discovered labels."""
+    meta = {"__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in k): v
+            for k, v in pod.items()}
+    return {r["targetLabel"]: r.get("separator", ";").join(meta.get(s, "") for s in r["sourceLabels"])
+            for r in relabelings}
+
+
+@pytest.mark.parametrize("key", ["chat-7b@v13", "chat-7b@v14", "reason-70b@v1"])
+def test_the_pods_scraped_pool_label_is_what_the_scaled_object_selects(
+        build: Build, config: PlatformConfig, images: Images, key: str) -> None:
+    # the pod label holds the DNS-safe name (no '@'); the PodMonitor joins model and version,
+    # so the series carry pool="model@version", the spelling the triggers and gateway_ext use
+    mocks = build(lambda: ModelPool(key, _args(config, images, key)))
+    (dep,), (so,), (monitor,) = (objects(mocks, k) for k in ("Deployment", "ScaledObject", "PodMonitor"))
+    pod = dep["spec"]["template"]["metadata"]["labels"]
+    assert "@" not in pod["modelfleet.io/pool"]
+    scraped = _relabel(monitor["spec"]["podMetricsEndpoints"][0]["relabelings"], pod)
+    assert scraped["pool"] == key
+    for trigger in (t for t in so["spec"]["triggers"] if t["type"] == "prometheus"):
+        assert set(re.findall(r'pool="([^"]*)"', trigger["metadata"]["query"])) == {key}

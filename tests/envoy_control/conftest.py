@@ -36,7 +36,13 @@ from modelfleet.local.envoy_process import (
     stop_envoy,
     wait_live,
 )
-from modelfleet.testing import require_postgres
+from modelfleet.testing import (  # noqa: F401  (dev_keys, platform_config, postgres_url, table_prefix: fixtures)
+    dev_keys,
+    platform_config,
+    postgres_url,
+    require_postgres,
+    table_prefix,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "config"

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from modelfleet.contract.router_state import RouterState, load_router_state
+from modelfleet.contract.router_state import load_router_state
+from modelfleet.contract.router_state_types import RouterState
 from modelfleet.local.envoy_process import EnvoyProcess
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 from envoy_control.api.http import DEBUG_INVALID_CLUSTER
+from envoy_control.resources.bootstrap import BOOTSTRAP_CLUSTERS
 from envoy_control.resources.build import ListenerSpec, build_resources
 from envoy_control.resources.clusters import seconds
 from envoy_control.state.replicas import Replica
@@ -311,7 +312,8 @@ async def test_changed_clusters_warm_at_once(tmp_path: Path) -> None:
     config = load_config(Path(__file__).resolve().parents[2] / "config").config
     replicas = [Replica("r-0", "chat-7b", "v13", "127.0.0.1", 9)]
     cache = SnapshotCache()
-    first = new_snapshot("1", build_resources(config, replicas, ListenerSpec("127.0.0.1", 1)))
+    first = new_snapshot("1", build_resources(config, replicas, ListenerSpec("127.0.0.1", 1)),
+                         external_clusters=BOOTSTRAP_CLUSTERS)
     cache.set_snapshot(first)
     server, port = await start_ads_server(cache, "127.0.0.1", 0)
     envoy = await asyncio.to_thread(
@@ -321,7 +323,7 @@ async def test_changed_clusters_warm_at_once(tmp_path: Path) -> None:
         changed = build_resources(config, replicas, ListenerSpec("127.0.0.1", 1))
         for c in changed[CLUSTER]:
             c.connect_timeout.CopyFrom(seconds(2))  # type: ignore[attr-defined]
-        second = new_snapshot("2", changed, first)
+        second = new_snapshot("2", changed, first, external_clusters=BOOTSTRAP_CLUSTERS)
         assert second.versions[CLUSTER] == "2"
         start = time.monotonic()
         cache.set_snapshot(second)
@@ -346,7 +348,8 @@ async def test_envoy_keeps_serving_through_a_control_plane_restart(tmp_path: Pat
     after = [Replica("new-0", "chat-7b", "v13", "127.0.0.1", 10)]
     cache = SnapshotCache()
     cache.set_snapshot(
-        new_snapshot("1", build_resources(config, before, ListenerSpec("127.0.0.1", 1)))
+        new_snapshot("1", build_resources(config, before, ListenerSpec("127.0.0.1", 1)),
+                     external_clusters=BOOTSTRAP_CLUSTERS)
     )
     server, port = await start_ads_server(cache, "127.0.0.1", 0)
     envoy = await asyncio.to_thread(
@@ -359,7 +362,8 @@ async def test_envoy_keeps_serving_through_a_control_plane_restart(tmp_path: Pat
         assert _hostnames(dump, "chat-7b@v13") == {"old-0"}  # last config keeps serving
         fresh = SnapshotCache()
         fresh.set_snapshot(
-            new_snapshot("1", build_resources(config, after, ListenerSpec("127.0.0.1", 1)))
+            new_snapshot("1", build_resources(config, after, ListenerSpec("127.0.0.1", 1)),
+                         external_clusters=BOOTSTRAP_CLUSTERS)
         )
         server, _ = await start_ads_server(fresh, "127.0.0.1", port)
         start = time.monotonic()

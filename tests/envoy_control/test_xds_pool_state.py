@@ -11,7 +11,7 @@ from envoy_control.state.beats import BeatRecord, BeatRules, Heartbeat, prefix_t
 from envoy_control.state.pool_state import pool_states, routable_ids, silent_ids, why_not_routable
 from envoy_control.state.replicas import Replica
 
-from modelfleet.contract.router_state import PoolRoute, RoutableReplica, RouterState
+from modelfleet.contract.router_state_types import PoolRoute, RoutableReplica, RouterState
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock

@@ -18,12 +18,11 @@ from envoy_control.state.replicas import Replica
 from gateway_ext.routing.poller import RouterStatePoller, is_newer
 from modelfleet.config import PlatformConfig
 from modelfleet.contract.router_state import (
-    RouterState,
-    RouterStateError,
     load_router_state,
     parse_router_state,
     write_router_state,
 )
+from modelfleet.contract.router_state_types import RouterState, RouterStateError
 
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock

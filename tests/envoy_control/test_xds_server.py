@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from envoy_control.resources.bootstrap import BOOTSTRAP_CLUSTERS
 from envoy_control.resources.build import ListenerSpec, build_resources
 from envoy_control.resources.clusters import seconds
 from envoy_control.state.replicas import Replica
 from envoy_control.xds.cache import SnapshotCache
 from envoy_control.xds.server import start_ads_server
 from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, new_snapshot
+from google.protobuf.message import Message
 
 from modelfleet.config import PlatformConfig
 
 NODE = base_pb2.Node(id="envoy-a", cluster="test")
+
+
+def snapshot_of(version: str, resources: Mapping[str, Iterable[Message]],
+                previous: Snapshot | None = None) -> Snapshot:
+    """A snapshot whose routes may name the bootstrap's clusters, as the control plane makes it."""
+    return new_snapshot(version, resources, previous, external_clusters=BOOTSTRAP_CLUSTERS)
+
 
 
 def request(
@@ -42,7 +51,7 @@ def ack(
 def snap(
     config: PlatformConfig, replicas: list[Replica], version: str, previous: Snapshot | None = None
 ) -> Snapshot:
-    return new_snapshot(
+    return snapshot_of(
         version, build_resources(config, replicas, ListenerSpec("127.0.0.1", 8080)), previous
     )
 
@@ -91,7 +100,7 @@ async def test_stream_serves_acks_and_pushes_in_order(
             )
             for c in everything[CLUSTER]:
                 c.connect_timeout.CopyFrom(seconds(2))  # type: ignore[attr-defined]
-            third = new_snapshot("3", everything, second)
+            third = snapshot_of("3", everything, second)
             cache.set_snapshot(third)  # clusters changed: CDS, then EDS again, nothing else
             pushed = [await _read(call), await _read(call)]
             assert [(r.type_url, r.version_info) for r in pushed] == [

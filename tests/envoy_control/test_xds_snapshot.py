@@ -3,9 +3,12 @@ consistency check that refuses a snapshot with dangling references."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_pb2
+from envoy_control.resources.bootstrap import BOOTSTRAP_CLUSTERS
 from envoy_control.resources.build import ListenerSpec, build_resources
 from envoy_control.resources.clusters import make_cluster, make_load_assignment
 from envoy_control.resources.listeners import make_listener
@@ -22,12 +25,20 @@ from envoy_control.xds.snapshot import (
     ENDPOINT,
     LISTENER,
     ROUTE,
+    Snapshot,
     new_snapshot,
     same_resources,
 )
 from google.protobuf.message import Message
 
 from modelfleet.config import PlatformConfig
+
+
+def snapshot_of(version: str, resources: Mapping[str, Iterable[Message]],
+                previous: Snapshot | None = None) -> Snapshot:
+    """A snapshot whose routes may name the bootstrap's clusters, as the control plane makes it."""
+    return new_snapshot(version, resources, previous, external_clusters=BOOTSTRAP_CLUSTERS)
+
 
 
 def _resources(config: PlatformConfig, replicas: list[Replica]) -> dict[str, list[Message]]:
@@ -37,7 +48,7 @@ def _resources(config: PlatformConfig, replicas: list[Replica]) -> dict[str, lis
 def test_built_snapshot_is_consistent(
     example_config: PlatformConfig, example_replicas: list[Replica]
 ) -> None:
-    snap = new_snapshot("1", _resources(example_config, example_replicas))
+    snap = snapshot_of("1", _resources(example_config, example_replicas))
     assert consistency_problems(snap) == []
     assert dict(snap.versions) == {CLUSTER: "1", ENDPOINT: "1", LISTENER: "1", ROUTE: "1"}
 
@@ -45,8 +56,8 @@ def test_built_snapshot_is_consistent(
 def test_unchanged_types_keep_their_version(
     example_config: PlatformConfig, example_replicas: list[Replica]
 ) -> None:
-    first = new_snapshot("1", _resources(example_config, example_replicas))
-    second = new_snapshot(
+    first = snapshot_of("1", _resources(example_config, example_replicas))
+    second = snapshot_of(
         "2", _resources(example_config, example_replicas[:-1]), first
     )  # a replica left
     assert second.versions[ENDPOINT] == "2"
@@ -55,7 +66,7 @@ def test_unchanged_types_keep_their_version(
         "1",
         "1",
     )
-    third = new_snapshot(
+    third = snapshot_of(
         "3", _resources(example_config, list(reversed(example_replicas[:-1]))), second
     )
     assert same_resources(second, third)  # order of registration does not matter
@@ -63,7 +74,7 @@ def test_unchanged_types_keep_their_version(
 
 def test_snapshot_is_isolated_from_later_edits(example_config: PlatformConfig) -> None:
     resources = _resources(example_config, [])
-    snap = new_snapshot("1", resources)
+    snap = snapshot_of("1", resources)
     cluster = resources[CLUSTER][0]
     assert isinstance(cluster, cluster_pb2.Cluster)
     cluster.name = "edited-after-publish"
@@ -72,7 +83,7 @@ def test_snapshot_is_isolated_from_later_edits(example_config: PlatformConfig) -
 
 def test_duplicate_names_are_refused() -> None:
     with pytest.raises(ValueError, match="duplicate"):
-        new_snapshot("1", {CLUSTER: [make_cluster("a@v1"), make_cluster("a@v1")]})
+        snapshot_of("1", {CLUSTER: [make_cluster("a@v1"), make_cluster("a@v1")]})
 
 
 def _minimal(
@@ -91,22 +102,22 @@ def _minimal(
 
 
 def test_consistency_catches_every_dangling_reference() -> None:
-    ok = new_snapshot("1", _minimal(["m@v1"], ["m@v1"], ["m@v1"]))
+    ok = snapshot_of("1", _minimal(["m@v1"], ["m@v1"], ["m@v1"]))
     assert check_consistent(ok) is ok
 
-    missing_cla = new_snapshot("2", _minimal(["m@v1", "m@v2"], ["m@v1"], ["m@v1"]))
+    missing_cla = snapshot_of("2", _minimal(["m@v1", "m@v2"], ["m@v1"], ["m@v1"]))
     assert consistency_problems(missing_cla) == ["cluster m@v2 has no ClusterLoadAssignment m@v2"]
 
-    orphan_cla = new_snapshot("3", _minimal(["m@v1"], ["m@v1", "old@v0"], ["m@v1"]))
+    orphan_cla = snapshot_of("3", _minimal(["m@v1"], ["m@v1", "old@v0"], ["m@v1"]))
     assert consistency_problems(orphan_cla) == [
         "ClusterLoadAssignment old@v0 belongs to no EDS cluster"
     ]
 
-    bad_route = new_snapshot("4", _minimal(["m@v1"], ["m@v1"], ["m@v1", "gone@v9"]))
+    bad_route = snapshot_of("4", _minimal(["m@v1"], ["m@v1"], ["m@v1", "gone@v9"]))
     problems = consistency_problems(bad_route)
     assert problems and all("gone@v9, which is missing" in p for p in problems)
 
-    bad_rds = new_snapshot("5", _minimal(["m@v1"], ["m@v1"], ["m@v1"], rds="elsewhere"))
+    bad_rds = snapshot_of("5", _minimal(["m@v1"], ["m@v1"], ["m@v1"], rds="elsewhere"))
     assert consistency_problems(bad_rds) == [
         "listener modelfleet-api uses route configuration elsewhere, which is missing"
     ]
@@ -116,9 +127,9 @@ def test_cache_refuses_inconsistent_snapshot_and_keeps_serving() -> None:
     cache = SnapshotCache()
     seen: list[str] = []
     cache.watch(lambda s: seen.append(s.version))
-    good = new_snapshot("1", _minimal(["m@v1"], ["m@v1"], ["m@v1"]))
+    good = snapshot_of("1", _minimal(["m@v1"], ["m@v1"], ["m@v1"]))
     cache.set_snapshot(good)
-    bad = new_snapshot("2", _minimal(["m@v1"], ["m@v1"], ["m@v1", "gone@v9"]), good)
+    bad = snapshot_of("2", _minimal(["m@v1"], ["m@v1"], ["m@v1", "gone@v9"]), good)
     with pytest.raises(InconsistentSnapshot) as err:
         cache.set_snapshot(bad)
     assert err.value.problems
@@ -137,7 +148,7 @@ def test_mirror_and_weighted_targets_are_checked() -> None:
             [],
         )
     ]
-    problems = consistency_problems(new_snapshot("1", resources))
+    problems = consistency_problems(snapshot_of("1", resources))
     assert any("m@v2" in p for p in problems) and any(
         "(mirror)" in p and "m@v3" in p for p in problems
     )

@@ -1,4 +1,5 @@
-"""Fixtures of the gateway_ext tests: real Redis (the config and Postgres are in tests/conftest.py).
+"""Fixtures of the gateway_ext tests: real Redis here; the config, dev keys and Postgres from
+:mod:`modelfleet.testing`.
 
 Redis and Postgres are the machine's (``MODELFLEET_TEST_REDIS_URL``, ``MODELFLEET_TEST_POSTGRES_URL``
 override the defaults). When one is missing its tests fail under ``CI=true`` and skip otherwise.
@@ -14,6 +15,13 @@ from pathlib import Path
 
 import pytest
 import redis
+
+from modelfleet.testing import (  # noqa: F401  (fixtures)
+    dev_keys,
+    platform_config,
+    postgres_url,
+    table_prefix,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MODELFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -13,11 +13,11 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from gateway_ext.decision import Admitted, GatewayCore, Refused
-from gateway_ext.limits.admission import (
+from gateway_ext.limits.admission import PoolAdmission
+from gateway_ext.limits.admission_types import (
     AdmissionConfig,
     AdmissionDecision,
     AdmissionReason,
-    PoolAdmission,
     PoolView,
 )
 from gateway_ext.limits.bucket_store import BucketKey, BucketStore, MemoryBucketStore, SettleVerdict

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway_ext.decision import Admitted, GatewayCore, Refused
 from gateway_ext.lifecycle import CLIENT_GONE, RequestLifecycle, UsageReport
-from gateway_ext.limits.admission import AdmissionDecision
+from gateway_ext.limits.admission_types import AdmissionDecision
 from gateway_ext.limits.bucket_store import BucketKey, MemoryBucketStore, SettleVerdict
 from gateway_ext.limits.pools import make_pools
 from gateway_ext.limits.retry_budget import RetryBudget, RetryBudgetConfig

@@ -19,6 +19,7 @@ from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
 from modelfleet.contract.headers import SHED_STATUS
+from modelfleet.contract.metrics import GATEWAY_STORE_FALLBACKS, GATEWAY_TEAM_BUCKET_TOKENS
 
 CHAT = {"model": "chat-7b", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi!"}]}
 PROMPT = 7
@@ -115,7 +116,7 @@ async def test_a_settle_refunds_and_shows_in_metrics_and_the_debug_bucket(
         bad = await client.post("/v1/settle", json={**report, "completion_tokens": -1})
         assert bad.status_code == 422
         text = (await client.get("/metrics")).text
-        assert ('modelfleet_gateway_team_bucket_tokens_total{event="refunded",model="chat-7b",'
+        assert (f'{GATEWAY_TEAM_BUCKET_TOKENS}{{event="refunded",model="chat-7b",'
                 'team="research"} 70.0') in text
         bucket = (await client.get("/v1/debug/buckets/research/chat-7b")).json()
         assert bucket["touched"] and bucket["remaining_tokens"] >= 1_000_000 - PROMPT - 30
@@ -167,7 +168,7 @@ async def test_redis_down_fails_open_to_per_process_buckets(
             "completion_tokens": 1})
         assert settled.json()["verdict"] == "settled"  # in the local bucket it was made in
         text = (await client.get("/metrics")).text
-        assert 'modelfleet_gateway_bucket_store_fallbacks_total{op="reserve"} 1.0' in text
+        assert f'{GATEWAY_STORE_FALLBACKS}{{op="reserve"}} 1.0' in text
 
 
 async def test_with_redis_the_bucket_is_shared(

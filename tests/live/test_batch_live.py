@@ -30,7 +30,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batch.service import batch_service_argv
 from batch.store import BatchStore
-from batch.uploads import UploadStore
 from gateway_ext.metering.store import UsageStore
 from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
@@ -135,7 +134,6 @@ def api(fleet: RunningStack, postgres_url: str, prefix: str) -> Iterator[str]:
     finally:
         service.stop()
         store = BatchStore(postgres_url, prefix)
-        UploadStore(store.engine, prefix).drop_tables()
         store.drop_tables()
         store.dispose()
 

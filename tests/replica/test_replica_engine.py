@@ -8,7 +8,8 @@ import pytest
 
 from modelfleet.contract.tokens import block_hashes, chat_prompt_ids
 from replica.clock import ManualClock
-from replica.engine import Engine, EngineRequest, StepResult
+from replica.engine import Engine
+from replica.engine_types import EngineRequest, StepResult
 from replica.params import CHAT_7B, REASON_70B, EngineParams
 from replica.workload import closed_loop
 

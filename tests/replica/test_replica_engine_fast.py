@@ -16,7 +16,8 @@ import pytest
 
 from modelfleet.contract.tokens import block_hashes, chat_prompt_ids
 from replica.clock import ManualClock
-from replica.engine import Admission, Engine, EngineRequest, EngineStats, StepResult, TokenOutput
+from replica.engine import Engine
+from replica.engine_types import Admission, EngineRequest, EngineStats, StepResult, TokenOutput
 from replica.kv_cache import BlockPool
 from replica.params import CHAT_7B, EngineParams
 from replica.workload import closed_loop, seed_shape_messages

@@ -13,13 +13,19 @@ import httpx
 import openai
 import pytest
 
+from modelfleet.contract.metrics import (
+    TOKENS_IN_FLIGHT,
+    VLLM_GENERATION_TOKENS,
+    VLLM_KV_CACHE_USAGE,
+    VLLM_RUNNING,
+)
 from replica.__main__ import config_from_args, parse_args
 from replica.params import CHAT_7B, REASON_70B
 
 
 def metric(base: str, name: str) -> float:
     for line in httpx.get(base + "/metrics").text.splitlines():
-        if line.split("{")[0] == name:
+        if line.split("{")[0].split(" ")[0] == name:
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(name)
 
@@ -60,37 +66,40 @@ def test_openai_client_sees_errors_as_its_exceptions(live_url: str) -> None:
     assert "max_tokens" in str(info.value)
 
 
-def test_client_disconnect_frees_kv_and_leaves_the_batch(live_url: str) -> None:
+def test_client_disconnect_frees_kv_and_leaves_the_batch(slow_served_url: str) -> None:
     body = {"model": "chat-7b", "messages": [{"role": "user", "content": "x " * 2000}],
             "max_tokens": 5000, "ignore_eos": True, "stream": True}
-    with httpx.Client(base_url=live_url, timeout=10) as client, \
+    with httpx.Client(base_url=slow_served_url, timeout=10) as client, \
             client.stream("POST", "/v1/chat/completions", json=body) as r:
         lines = r.iter_lines()
         for _ in range(3):
             next(lines)
-        assert metric(live_url, "vllm:num_requests_running") == 1
-        assert metric(live_url, "vllm:kv_cache_usage_perc") > 0
-        assert metric(live_url, "modelfleet_tokens_in_flight") > 2000
+        assert metric(slow_served_url, VLLM_RUNNING) == 1
+        assert metric(slow_served_url, VLLM_KV_CACHE_USAGE) > 0
+        assert metric(slow_served_url, TOKENS_IN_FLIGHT) > 2000  # the middleware's count
     deadline = time.monotonic() + 5
-    while metric(live_url, "vllm:num_requests_running") != 0 and time.monotonic() < deadline:
+    while metric(slow_served_url, VLLM_RUNNING) != 0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert metric(live_url, "vllm:num_requests_running") == 0
-    assert metric(live_url, "vllm:kv_cache_usage_perc") == 0
-    assert metric(live_url, "modelfleet_tokens_in_flight") == 0
+    assert metric(slow_served_url, VLLM_RUNNING) == 0
+    assert metric(slow_served_url, VLLM_KV_CACHE_USAGE) == 0
+    deadline = time.monotonic() + 5
+    while metric(slow_served_url, TOKENS_IN_FLIGHT) != 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert metric(slow_served_url, TOKENS_IN_FLIGHT) == 0
 
 
 def test_non_streaming_client_that_gives_up_is_dropped_too(live_url: str) -> None:
     body = {"model": "chat-7b", "messages": [{"role": "user", "content": "long one"}],
             "max_tokens": 8000, "ignore_eos": True}
-    generated = metric(live_url, "vllm:generation_tokens_total")
+    generated = metric(live_url, VLLM_GENERATION_TOKENS)
     with pytest.raises(httpx.TimeoutException):
         httpx.post(live_url + "/v1/chat/completions", json=body, timeout=0.2)
     deadline = time.monotonic() + 5
-    while metric(live_url, "vllm:num_requests_running") != 0 and time.monotonic() < deadline:
+    while metric(live_url, VLLM_RUNNING) != 0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert metric(live_url, "vllm:num_requests_running") == 0
-    assert metric(live_url, "vllm:kv_cache_usage_perc") == 0
-    assert metric(live_url, "vllm:generation_tokens_total") - generated < 8000  # stopped early
+    assert metric(live_url, VLLM_RUNNING) == 0
+    assert metric(live_url, VLLM_KV_CACHE_USAGE) == 0
+    assert metric(live_url, VLLM_GENERATION_TOKENS) - generated < 8000  # stopped early
 
 
 def test_flags_build_the_replica_config() -> None:

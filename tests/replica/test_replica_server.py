@@ -8,6 +8,20 @@ import httpx
 import pytest
 
 from modelfleet.contract import tokens
+from modelfleet.contract.metrics import (
+    REPLICA_INFO,
+    TOKENS_IN_FLIGHT,
+    VLLM_E2E,
+    VLLM_GENERATION_TOKENS,
+    VLLM_ITL,
+    VLLM_KV_CACHE_USAGE,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    VLLM_PROMPT_TOKENS,
+    VLLM_RUNNING,
+    VLLM_TTFT,
+    VLLM_WAITING,
+)
 from replica.params import CHAT_7B
 from replica.testing import sse_data, sse_json
 
@@ -164,33 +178,39 @@ def sample(text: str, name: str) -> float:
 
 async def test_metrics_use_vllm_names_and_counters_move(client: httpx.AsyncClient) -> None:
     before = (await client.get("/metrics")).text
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "modelfleet_tokens_in_flight",
-                 "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count",
-                 "vllm:e2e_request_latency_seconds_count"):
+    for name in (VLLM_RUNNING, VLLM_WAITING, VLLM_KV_CACHE_USAGE, VLLM_PREFIX_CACHE_QUERIES,
+                 VLLM_PREFIX_CACHE_HITS, VLLM_PROMPT_TOKENS, VLLM_GENERATION_TOKENS,
+                 f"{VLLM_TTFT}_count", f"{VLLM_ITL}_count", f"{VLLM_E2E}_count"):
         assert sample(before, name) == 0, name
-    assert '# TYPE vllm:num_requests_running gauge' in before
-    assert '# TYPE vllm:prompt_tokens_total counter' in before
-    assert '# TYPE vllm:time_to_first_token_seconds histogram' in before
+    assert f'# TYPE {VLLM_RUNNING} gauge' in before
+    assert f'# TYPE {VLLM_PROMPT_TOKENS} counter' in before
+    assert f'# TYPE {VLLM_TTFT} histogram' in before
     assert 'model_name="chat-7b"' in before
-    assert 'modelfleet_replica_info{model_version="chat-7b@v13",region="local",replica_id="chat-7b-v13-0"} 1.0' \
+    assert f'{REPLICA_INFO}{{model_version="chat-7b@v13",region="local",replica_id="chat-7b-v13-0"}} 1.0' \
         in before
     usage = (await post(client, chat(max_tokens=10))).json()["usage"]
     after = (await client.get("/metrics")).text
-    assert sample(after, "vllm:generation_tokens_total") == 10
-    assert sample(after, "vllm:prompt_tokens_total") == usage["prompt_tokens"]
-    assert sample(after, "vllm:prefix_cache_queries_total") == usage["prompt_tokens"]
-    assert sample(after, "vllm:time_to_first_token_seconds_count") == 1
-    assert sample(after, "vllm:inter_token_latency_seconds_count") == 9
-    assert sample(after, "vllm:e2e_request_latency_seconds_count") == 1
+    assert sample(after, VLLM_GENERATION_TOKENS) == 10
+    assert sample(after, VLLM_PROMPT_TOKENS) == usage["prompt_tokens"]
+    assert sample(after, VLLM_PREFIX_CACHE_QUERIES) == usage["prompt_tokens"]
+    assert sample(after, f"{VLLM_TTFT}_count") == 1
+    assert sample(after, f"{VLLM_ITL}_count") == 9
+    assert sample(after, f"{VLLM_E2E}_count") == 1
     # Latencies are model seconds: ten steps of a 7B on its GPU, not the ~0.5 ms of wall time
     # they took at time scale 200.
     n = usage["prompt_tokens"]
     model_s = sum(CHAT_7B.step_seconds(n + k, n if k == 0 else 0) for k in range(10))
-    assert sample(after, "vllm:e2e_request_latency_seconds_sum") >= model_s * 0.999
-    assert sample(after, "vllm:num_requests_running") == 0
-    assert sample(after, "modelfleet_tokens_in_flight") == 0
+    assert sample(after, f"{VLLM_E2E}_sum") >= model_s * 0.999
+    assert sample(after, VLLM_RUNNING) == 0
+
+
+async def test_the_engine_alone_exports_no_tokens_in_flight(client: httpx.AsyncClient) -> None:
+    # Like real vLLM: tokens in flight is the middleware's series (one per replica), so the
+    # engine's page carries no series of its own for it, under any spelling.
+    text = (await client.get("/metrics")).text
+    assert "tokens_in_flight" not in text
+    with pytest.raises(AssertionError):
+        sample(text, TOKENS_IN_FLIGHT)
 
 
 def assert_error(r: httpx.Response, status: int, err_type: str, param: str | None = None) -> dict[str, Any]:

@@ -11,6 +11,18 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import Receive, Scope, Send
 
+from modelfleet.contract.metrics import (
+    FINISHED_ABORT,
+    FINISHED_LENGTH,
+    FINISHED_REASON_LABEL,
+    FINISHED_REASONS,
+    FINISHED_STOP,
+    MODEL_NAME_LABEL,
+    MODEL_VERSION_LABEL,
+    REFUSALS,
+    TRAFFIC_LABEL,
+    VLLM_REQUEST_SUCCESS,
+)
 from replica.chat import ReplicaConfig
 from replica.params import CHAT_7B
 from replica.server import create_app
@@ -77,15 +89,15 @@ async def test_the_simulated_engine_counts_finished_requests_by_reason() -> None
                     reasons.append(r.json()["choices"][0]["finish_reason"])
             text = (await client.get("/metrics")).text
         await mw.stop()
-    success = samples(text, "vllm:request_success_total")
-    by_reason = {dict(k)["finished_reason"]: v for k, v in success.items()}
-    assert set(by_reason) == {"stop", "length", "abort"}  # every series, from the start
-    assert by_reason["abort"] == 0
-    assert by_reason["stop"] + by_reason["length"] == 3
-    assert by_reason["length"] == reasons.count("length")
-    assert all(dict(k)["model_name"] == "chat-7b" for k in success)
-    refusals = samples(text, "modelfleet_refusals_total")
-    assert refusals == {(("model_version", "v14"), ("traffic", "served")): 0.0}
+    success = samples(text, VLLM_REQUEST_SUCCESS)
+    by_reason = {dict(k)[FINISHED_REASON_LABEL]: v for k, v in success.items()}
+    assert set(by_reason) == set(FINISHED_REASONS)  # every series, from the start
+    assert by_reason[FINISHED_ABORT] == 0
+    assert by_reason[FINISHED_STOP] + by_reason[FINISHED_LENGTH] == 3
+    assert by_reason[FINISHED_LENGTH] == reasons.count("length")
+    assert all(dict(k)[MODEL_NAME_LABEL] == "chat-7b" for k in success)
+    refusals = samples(text, REFUSALS)
+    assert refusals == {((MODEL_VERSION_LABEL, "v14"), (TRAFFIC_LABEL, "served")): 0.0}
 
 
 async def test_the_middleware_counts_an_engine_s_refusals() -> None:
@@ -108,6 +120,6 @@ async def test_the_middleware_counts_an_engine_s_refusals() -> None:
             r = await client.post("/v1/chat/completions", json=CHAT,
                                   headers={"x-modelfleet-shadow": shadow})
             assert r.status_code == 200
-    refusals = samples(mw.metrics.render().decode(), "modelfleet_refusals_total")
-    assert refusals == {(("model_version", "v14"), ("traffic", "served")): 1.0,
-                        (("model_version", "v14"), ("traffic", "shadow")): 0.0}
+    refusals = samples(mw.metrics.render().decode(), REFUSALS)
+    assert refusals == {((MODEL_VERSION_LABEL, "v14"), (TRAFFIC_LABEL, "served")): 1.0,
+                        ((MODEL_VERSION_LABEL, "v14"), (TRAFFIC_LABEL, "shadow")): 0.0}

@@ -13,9 +13,19 @@ from typing import Any
 import httpx
 import pytest
 from envoy_control.api.state import HeartbeatIn
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from modelfleet.contract.metrics import (
+    REPLICA_REQUESTS,
+    TOKENS_IN_FLIGHT,
+    VLLM_GPU_CACHE_USAGE,
+    VLLM_KV_CACHE_USAGE,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    VLLM_WAITING,
+)
 from replica.chat import ReplicaConfig
 from replica.params import CHAT_7B
 from replica.server import create_app
@@ -104,11 +114,28 @@ async def test_metrics_are_the_engines_plus_the_middlewares() -> None:
     async with engine_behind_middleware() as (client, mw, _):
         await client.post("/v1/chat/completions", json=CHAT, headers={"x-modelfleet-shadow": "1"})
         text = (await client.get("/metrics")).text
-        assert "vllm:prefix_cache_queries_total" in text
-        assert 'modelfleet_replica_requests_total{model_version="v13",outcome="finished",' \
+        assert VLLM_PREFIX_CACHE_QUERIES in text
+        assert f'{REPLICA_REQUESTS}{{model_version="v13",outcome="finished",' \
                'traffic="shadow"} 1.0' in text
         figures = await mw.engine_figures()
         assert figures.prefix_cache_queries > 0
+
+
+async def test_a_simulated_replica_exports_tokens_in_flight_once() -> None:
+    # The middleware is the one exporter of tokens in flight, inside real vLLM and the
+    # simulated engine alike: one family on the page, no second spelling from the engine.
+    async with engine_behind_middleware() as (client, mw, _):
+        mw.inflight.add("held", 100, 50)  # as a request the engine holds
+        text = (await client.get("/metrics")).text
+        mw.inflight.remove("held")
+        idle = (await client.get("/metrics")).text
+    families = [f for f in text_string_to_metric_families(text)]
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))  # no family twice (engine's page + middleware's)
+    assert [n for n in names if "tokens_in_flight" in n] == [TOKENS_IN_FLIGHT]
+    (tif,) = [s for f in families if f.name == TOKENS_IN_FLIGHT for s in f.samples]
+    assert tif.value == 150
+    assert f"{TOKENS_IN_FLIGHT} 0.0" in idle.splitlines()
 
 
 # ------------------------------------------------------------------ raw ASGI: scripted engines
@@ -286,13 +313,29 @@ async def test_the_heartbeat_reports_what_is_held_and_the_state() -> None:
 def test_engine_figures_read_the_engines_queue() -> None:
     from replica_middleware.heartbeat import parse_engine_metrics
 
-    text = ('# TYPE vllm:num_requests_waiting gauge\n'
-            'vllm:num_requests_waiting{model_name="chat-7b"} 3.0\n'
-            '# TYPE vllm:kv_cache_usage_perc gauge\n'
-            'vllm:kv_cache_usage_perc{model_name="chat-7b"} 0.5\n')
+    text = (f'# TYPE {VLLM_WAITING} gauge\n'
+            f'{VLLM_WAITING}{{model_name="chat-7b"}} 3.0\n'
+            f'# TYPE {VLLM_KV_CACHE_USAGE} gauge\n'
+            f'{VLLM_KV_CACHE_USAGE}{{model_name="chat-7b"}} 0.5\n')
     assert parse_engine_metrics(text).requests_waiting == 3
     assert parse_engine_metrics(text).kv_cache_usage == 0.5
     assert parse_engine_metrics("").requests_waiting is None
+
+
+def test_engine_figures_read_counters_and_older_vllms_kv_name() -> None:
+    from replica_middleware.heartbeat import parse_engine_metrics
+
+    # two engines: counters summed (their _created samples ignored), usage averaged
+    text = "".join(
+        f'# TYPE {name.removesuffix("_total")} counter\n'
+        f'{name}{{engine="{e}"}} {v}\n{name.removesuffix("_total")}_created{{engine="{e}"}} 1.7e9\n'
+        for e, (q, h) in enumerate(((1000, 600), (500, 100)))
+        for name, v in ((VLLM_PREFIX_CACHE_QUERIES, q), (VLLM_PREFIX_CACHE_HITS, h)))
+    old = VLLM_GPU_CACHE_USAGE  # older vLLM's name for the KV-cache usage
+    text += f'# TYPE {old} gauge\n{old}{{engine="0"}} 0.2\n{old}{{engine="1"}} 0.4\n'
+    figures = parse_engine_metrics(text)
+    assert (figures.prefix_cache_queries, figures.prefix_cache_hits) == (1500, 700)
+    assert figures.kv_cache_usage == pytest.approx(0.3)
 
 
 def test_settings_come_from_the_environment() -> None:

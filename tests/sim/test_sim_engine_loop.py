@@ -13,8 +13,9 @@ from modelfleet.config import PlatformConfig, load_config
 from sim.drills.common import pool_under_test, with_capacity
 from sim.fleet.gateway import Routing
 from sim.fleet.measures import Result, counts
-from sim.fleet.region import Fleet, FleetSpec, simulate
+from sim.fleet.region import Fleet, simulate
 from sim.fleet.scaling import ColdStart, scale_down_order, scaler_setup
+from sim.fleet.types import FleetSpec
 from sim.traces.arrivals import Arrival, TeamMix, TeamShare
 from sim.traces.synthetic import CHAT, chat_arrivals
 

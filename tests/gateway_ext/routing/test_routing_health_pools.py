@@ -21,7 +21,7 @@ import httpx
 from envoy_control.state.publish import RouterPublisher
 
 from gateway_ext.decision import Admitted
-from gateway_ext.limits.admission import AdmissionDecision, AdmissionReason, Outcome
+from gateway_ext.limits.admission_types import AdmissionDecision, AdmissionReason, Outcome
 from gateway_ext.request import ChatRequest
 from gateway_ext.routing.picking import build_ring, first_choices, ring_order
 from gateway_ext.routing.pins import MemoryPinStore
@@ -30,12 +30,12 @@ from gateway_ext.runtime import build_runtime
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
 from modelfleet.contract.headers import DESTINATION_HEADER, ROUTE_VERSION_HEADER
-from modelfleet.contract.router_state import (
+from modelfleet.contract.router_state import parse_router_state
+from modelfleet.contract.router_state_types import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
-    parse_router_state,
 )
 
 IDS = [f"chat-7b@v13-{i}" for i in range(4)]

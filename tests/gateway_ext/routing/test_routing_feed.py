@@ -16,12 +16,12 @@ from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
 from modelfleet.contract.headers import DESTINATION_HEADER
-from modelfleet.contract.router_state import (
+from modelfleet.contract.router_state import write_router_state
+from modelfleet.contract.router_state_types import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
-    write_router_state,
 )
 
 CHAT = {"model": "chat-7b", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi!"}]}

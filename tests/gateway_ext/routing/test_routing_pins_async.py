@@ -1,5 +1,5 @@
 """Conversation pins on the asyncio Redis client: the same script and keys as the sync store, calls
-pipelined with the bucket reservations, fail-open to memory and back, and two shared gates (two
+pipelined with the bucket reservations, fail-open to memory and back, and two shared lifecycles (two
 gateway processes) agreeing on a conversation's version, never touching the sync pin store and
 writing no pin for a request the bucket refuses."""
 
@@ -36,7 +36,7 @@ from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from gateway_ext.shared_lifecycle import SharedLifecycle
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.router_state import ModelAlias
+from modelfleet.contract.router_state_types import ModelAlias
 
 ERRORS = (redis.RedisError, OSError)
 BOTH = ("v13", "v14")

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 
 from gateway_ext.decision import Admitted
-from gateway_ext.limits.admission import AdmissionDecision, AdmissionReason, Outcome
+from gateway_ext.limits.admission_types import AdmissionDecision, AdmissionReason, Outcome
 from gateway_ext.request import ChatRequest
 from gateway_ext.routing.picking import PickReason, build_ring, ring_order
 from gateway_ext.routing.pins import MemoryPinStore
@@ -16,7 +16,7 @@ from gateway_ext.routing.replica_load import SentLedger
 from gateway_ext.routing.router import Picking, Router, RoutingPolicy
 from modelfleet.config import PlatformConfig
 from modelfleet.contract.headers import DESTINATION_HEADER
-from modelfleet.contract.router_state import PoolRoute, RoutableReplica, RouterState
+from modelfleet.contract.router_state_types import PoolRoute, RoutableReplica, RouterState
 
 IDS = [f"chat-7b@v13-{i}" for i in range(4)]
 CAPACITY = 112_000

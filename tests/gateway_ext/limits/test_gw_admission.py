@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway_ext.limits.admission import (
+from gateway_ext.limits.admission import PoolAdmission, pool_capacity_tokens
+from gateway_ext.limits.admission_types import (
     AdmissionConfig,
     AdmissionDecision,
     AdmissionReason,
     AdmissionRequest,
     Outcome,
-    PoolAdmission,
-    pool_capacity_tokens,
 )
 from gateway_ext.limits.concurrency import TeamConcurrency
 from modelfleet.config.schema import Tier

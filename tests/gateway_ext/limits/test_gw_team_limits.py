@@ -19,14 +19,13 @@ from gateway_ext.routing.feed import RouterFeed
 from gateway_ext.runtime import build_runtime
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig, TeamLimit
-from modelfleet.contract.router_state import (
+from modelfleet.contract.router_state import parse_router_state, write_router_state
+from modelfleet.contract.router_state_types import (
     ModelAlias,
     PoolRoute,
     RoutableReplica,
     RouterState,
     RouterStateError,
-    parse_router_state,
-    write_router_state,
 )
 from modelfleet.contract.router_teams import TeamLimitRoute, TeamRoute
 

@@ -25,7 +25,7 @@ from gateway_ext.routing.versions import (
     split_point,
 )
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.router_state import ModelAlias
+from modelfleet.contract.router_state_types import ModelAlias
 
 ALIAS = ModelAlias("chat-7b", live="v13", canary="v14", canary_percent=1.0)
 

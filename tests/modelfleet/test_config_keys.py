@@ -8,14 +8,8 @@ import re
 import pytest
 
 from modelfleet.config import PlatformConfig, Team, TeamLimit
-from modelfleet.config.keys import (
-    Authenticated,
-    KeyRing,
-    authorize,
-    bearer_token,
-    generate_key,
-    hash_key,
-)
+from modelfleet.config.keyhash import hash_key
+from modelfleet.config.keys import Authenticated, KeyRing, authorize, bearer_token, generate_key
 from modelfleet.contract.errors import ApiError, ErrorType
 
 
