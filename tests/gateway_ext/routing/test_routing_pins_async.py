@@ -165,7 +165,7 @@ def chat(key: str, cid: str, max_tokens: int = 100) -> tuple[dict[str, str], byt
     return {"authorization": f"Bearer {key}", "x-conversation-id": cid}, json.dumps(body).encode()
 
 
-async def test_two_shared_gates_agree_on_a_conversations_version_through_redis(
+async def test_two_shared_lifecycles_agree_on_a_conversations_version_through_redis(
         platform_config: PlatformConfig, aclient: redis.asyncio.Redis, redis_url: str,
         redis_client: redis.Redis, redis_prefix: str, dev_keys: dict[str, str]) -> None:
     teams = [t.model_copy(update={"limits": tuple(
