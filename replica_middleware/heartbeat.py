@@ -1,6 +1,6 @@
 """The replica's heartbeat: once a second, its load and state to the control plane.
 
-The body is the contract of ``envoy_control.state.beats.Heartbeat`` (``POST /v1/heartbeats``). Load
+The body is :class:`modelfleet.contract.heartbeat.Heartbeat` (``POST /v1/heartbeats``). Load
 figures (tokens in flight, queue depth, running) come from the middleware's own accounting
 (:mod:`replica_middleware.inflight`); KV-cache usage and the cumulative prefix-cache counters are read from
 the engine's own ``/metrics`` in process (vLLM's names: ``vllm:kv_cache_usage_perc`` (or the
@@ -17,11 +17,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelfleet.contract.heartbeat import Heartbeat, ReplicaPhase
 from modelfleet.contract.metrics import (
     VLLM_KV_CACHE_USAGE_NAMES,
     VLLM_PREFIX_CACHE_HITS,
@@ -66,23 +67,21 @@ def parse_engine_metrics(text: str) -> EngineFigures:
                          None if waiting is None else max(0, int(waiting)))
 
 
-def beat_body(settings: MiddlewareSettings, state: str, load: Load, engine: EngineFigures,
-              sent_at: float) -> dict[str, Any]:
+def beat_body(settings: MiddlewareSettings, state: ReplicaPhase, load: Load,
+              engine: EngineFigures, sent_at: float) -> dict[str, Any]:
     """The JSON of one heartbeat (``sent_at``: Unix seconds)."""
-    return {
-        "replica_id": settings.replica_id, "model": settings.model, "version": settings.version,
-        "host": settings.host, "port": settings.port, "region": settings.region or "unknown",
-        "state": state, "tokens_in_flight": load.tokens_in_flight,
+    return asdict(Heartbeat(
+        replica_id=settings.replica_id, model=settings.model, version=settings.version,
+        host=settings.host, port=settings.port, region=settings.region or "unknown",
+        state=state, tokens_in_flight=load.tokens_in_flight,
         # the engine's own queue when it says (vllm:num_requests_waiting, what KEDA's queue
         # trigger reads): the middleware cannot see a non-streamed request's first token, so
         # its count holds those as waiting until they end
-        "queue_depth": load.queue_depth if engine.requests_waiting is None
+        queue_depth=load.queue_depth if engine.requests_waiting is None
         else engine.requests_waiting,
-        "running": load.running,
-        "kv_cache_usage": engine.kv_cache_usage,
-        "prefix_cache_queries": engine.prefix_cache_queries,
-        "prefix_cache_hits": engine.prefix_cache_hits, "sent_at": sent_at,
-    }
+        running=load.running, kv_cache_usage=engine.kv_cache_usage,
+        prefix_cache_queries=engine.prefix_cache_queries,
+        prefix_cache_hits=engine.prefix_cache_hits, sent_at=sent_at))
 
 
 Post = Callable[[dict[str, Any]], Awaitable[None]]
@@ -93,7 +92,7 @@ class Heartbeater:
     """Beats every ``settings.beat_interval_s`` seconds: ``state()`` (``serving`` or
     ``draining``), ``load()``, ``engine()`` figures, sent by ``post``."""
 
-    def __init__(self, settings: MiddlewareSettings, post: Post, state: Callable[[], str],
+    def __init__(self, settings: MiddlewareSettings, post: Post, state: Callable[[], ReplicaPhase],
                  load: Callable[[], Load], engine: Callable[[], Awaitable[EngineFigures]],
                  wall: Callable[[], float] = time.time) -> None:
         self.settings, self._post, self._state = settings, post, state

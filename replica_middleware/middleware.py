@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from modelfleet.contract.heartbeat import HEARTBEAT_PATH, ReplicaPhase
 from replica_middleware.asgi import asgi_get, read_body
 from replica_middleware.exchange import Exchange, send_unavailable
 from replica_middleware.heartbeat import EngineFigures, Heartbeater, parse_engine_metrics
@@ -128,7 +129,7 @@ class ModelfleetMiddleware:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
 
-    def state(self) -> str:
+    def state(self) -> ReplicaPhase:
         """``serving`` or ``draining``."""
         return "draining" if self.draining else "serving"
 
@@ -158,7 +159,7 @@ class ModelfleetMiddleware:
 
     async def _post_beat(self, body: dict[str, Any]) -> None:
         assert self._client is not None
-        r = await self._client.post(f"{self.settings.control_plane_url}/v1/heartbeats", json=body)
+        r = await self._client.post(self.settings.control_plane_url + HEARTBEAT_PATH, json=body)
         r.raise_for_status()
 
     async def engine_figures(self) -> EngineFigures:

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from envoy_control.api.deps import Admin
-from envoy_control.state.beats import Heartbeat
 from envoy_control.state.plane import ControlPlane
 from envoy_control.state.pool_state import MemberState, PoolTotals, totals
 from envoy_control.state.replicas import REPLICA_ID_PATTERN
@@ -21,6 +20,7 @@ from fastapi import FastAPI, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelfleet.config.schema import Name, VersionName
+from modelfleet.contract.heartbeat import HEARTBEAT_PATH, Heartbeat
 
 MAX_WAIT_S = 10.0
 """The longest long poll, in seconds (it also bounds how long a shutdown waits for one)."""
@@ -99,7 +99,7 @@ def model_state(plane: ControlPlane, model: str) -> dict[str, Any] | None:
 def add_state_routes(app: FastAPI, plane: ControlPlane) -> None:
     """Add the heartbeat, pool-state and router-state endpoints to ``app``."""
 
-    @app.post("/v1/heartbeats")
+    @app.post(HEARTBEAT_PATH)
     async def heartbeat(body: HeartbeatIn) -> dict[str, Any]:
         beat = Heartbeat(**body.model_dump())
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable
 
-from envoy_control.state.beats import BeatRecord, BeatRules, Heartbeat, record_beat
+from envoy_control.state.beats import BeatRecord, BeatRules, record_beat
 from envoy_control.state.pool_state import (
     PoolState,
     pool_states,
@@ -16,6 +16,7 @@ from envoy_control.state.pool_state import (
 )
 from envoy_control.state.replicas import Replica
 
+from modelfleet.contract.heartbeat import Heartbeat
 from modelfleet.contract.router_state_types import RouterState
 
 

@@ -1,5 +1,6 @@
-"""The heartbeat contract as plain data: what a replica sends every second, and what the control
-plane keeps of it (pure; times are the control plane's monotonic seconds, never the sender's).
+"""What the control plane keeps of the heartbeats replicas send (the beat itself is
+:class:`modelfleet.contract.heartbeat.Heartbeat`; pure; times are the control plane's monotonic
+seconds, never the sender's).
 
 Prefix hit rate: hit tokens / queried tokens over the last ``hit_rate_window_s`` (60 s), from
 deltas of the cumulative counters a replica reports (vLLM's ``prefix_cache_queries`` and
@@ -10,11 +11,10 @@ value then counts as the whole delta.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from envoy_control.state.replicas import Replica
 
-ReplicaPhase = Literal["starting", "serving", "draining"]
+from modelfleet.contract.heartbeat import BEAT_INTERVAL_S, MISSED_BEATS, Heartbeat
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class BeatRules:
     """The heartbeat contract: ``interval_s`` seconds between beats, ``missed_beats`` before a
     replica leaves the ring, the prefix hit-rate window and when a silent replica is forgotten."""
 
-    interval_s: float = 1.0
-    missed_beats: int = 3
+    interval_s: float = BEAT_INTERVAL_S
+    missed_beats: int = MISSED_BEATS
     hit_rate_window_s: float = 60.0
     forget_after_s: float = 300.0
     """A replica silent this long (seconds) is dropped from the pool state altogether."""
@@ -34,37 +34,9 @@ class BeatRules:
         return self.interval_s * self.missed_beats
 
 
-@dataclass(frozen=True)
-class Heartbeat:
-    """One beat as a replica sent it (``POST /v1/heartbeats``); token counts in tokens."""
-
-    replica_id: str
-    model: str
-    version: str
-    host: str
-    port: int
-    region: str
-    state: ReplicaPhase
-    tokens_in_flight: int
-    queue_depth: int
-    running: int
-    kv_cache_usage: float
-    """Share (0..1) of the KV cache in use."""
-    prefix_cache_queries: int
-    """Cumulative prompt tokens looked up in the prefix cache since the replica started."""
-    prefix_cache_hits: int
-    """Cumulative prompt tokens found there."""
-    sent_at: float | None = None
-    """The sender's clock (Unix seconds); informational only."""
-
-    @property
-    def key(self) -> str:
-        """``model@version``."""
-        return f"{self.model}@{self.version}"
-
-    def replica(self) -> Replica:
-        """The registration this beat implies; raises ValueError on a bad id, host or port."""
-        return Replica(self.replica_id, self.model, self.version, self.host, self.port)
+def replica_of(beat: Heartbeat) -> Replica:
+    """The registration ``beat`` implies; raises ValueError on a bad id, host or port."""
+    return Replica(beat.replica_id, beat.model, beat.version, beat.host, beat.port)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from envoy_control.resources.bootstrap import BOOTSTRAP_CLUSTERS
 from envoy_control.resources.build import ListenerSpec, build_resources, served_version_keys
 from envoy_control.state.beat_book import BeatBook
-from envoy_control.state.beats import BeatRules, Heartbeat
+from envoy_control.state.beats import BeatRules, replica_of
 from envoy_control.state.desired import Desired, DesiredStore
 from envoy_control.state.overrides import Override
 from envoy_control.state.pool_state import PoolState
@@ -42,6 +42,7 @@ from envoy_control.xds.snapshot import Snapshot, new_snapshot, same_resources
 from google.protobuf.message import Message
 
 from modelfleet.config import ConfigError, PlatformConfig, Problem, load_config
+from modelfleet.contract.heartbeat import Heartbeat
 from modelfleet.contract.router_state_types import RouterState
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class ControlPlane:
     def heartbeat(self, beat: Heartbeat) -> Published:
         """Record ``beat``; registers (or moves) the replica it names. Raises ValueError on a
         bad id, host or port. Publishes a snapshot only when the replica joins or leaves EDS."""
-        replica = beat.replica()
+        replica = replica_of(beat)
         rid = replica.replica_id
         self.beats.record(beat)
         if self._require().replicas.get(rid) != replica:

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 from envoy_control.state.beat_book import BeatBook
-from envoy_control.state.beats import BeatRecord, BeatRules, Heartbeat, prefix_tokens, record_beat
+from envoy_control.state.beats import BeatRecord, BeatRules, prefix_tokens, record_beat, replica_of
 from envoy_control.state.pool_state import pool_states, routable_ids, silent_ids, why_not_routable
 from envoy_control.state.replicas import Replica
 
+from modelfleet.contract.heartbeat import Heartbeat
 from modelfleet.contract.router_state_types import PoolRoute, RoutableReplica, RouterState
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def beat(replica_id: str = "r-0", **changes: object) -> Heartbeat:
 
 
 def test_three_missed_beats_take_a_replica_out_and_a_beat_brings_it_back() -> None:
-    replica = beat().replica()
+    replica = replica_of(beat())
     record = record_beat(None, beat(), 100.0, RULES)
     assert why_not_routable(replica, record, SERVED, 100.0, RULES) is None
     assert why_not_routable(replica, record, SERVED, 103.0, RULES) is None  # 3 s: still in
@@ -60,7 +61,7 @@ def test_a_registered_replica_without_beats_stays_routable() -> None:
 @pytest.mark.parametrize("state", ["starting", "draining"])
 def test_starting_and_draining_replicas_are_members_but_not_routable(state: str) -> None:
     records = {"r-0": record_beat(None, beat(state=state), 100.0, RULES)}
-    replicas = [beat().replica()]
+    replicas = [replica_of(beat())]
     assert routable_ids(replicas, records, SERVED, 100.0, RULES) == frozenset()
     (pool,) = pool_states(replicas, records, SERVED, 100.0, RULES).values()
     (member,) = pool.members
@@ -74,8 +75,8 @@ def test_sums_count_fresh_beats_only() -> None:
         "r-1": record_beat(None, beat("r-1", tokens_in_flight=500, queue_depth=3), 102.0, RULES),
     }
     replicas = [
-        beat("r-0").replica(),
-        beat("r-1").replica(),
+        replica_of(beat("r-0")),
+        replica_of(beat("r-1")),
         Replica("p-0", "chat-7b", "v13", "127.0.0.1", 1),
     ]
     pool = pool_states(replicas, records, SERVED, 103.5, RULES)["chat-7b@v13"]
@@ -97,10 +98,10 @@ def test_prefix_hit_rate_from_counter_deltas_over_the_window() -> None:
     assert prefix_tokens(r, 200.0, RULES) == (0, 0)
     restarted = record_beat(r, beat(prefix_cache_queries=500, prefix_cache_hits=100), 60.0, RULES)
     assert prefix_tokens(restarted, 60.0, RULES) == (500, 100)  # counters went down: a restart
-    (pool,) = pool_states([beat().replica()], {"r-0": r}, SERVED, 59.0, RULES).values()
+    (pool,) = pool_states([replica_of(beat())], {"r-0": r}, SERVED, 59.0, RULES).values()
     assert pool.totals.prefix_hit_rate == pytest.approx(0.7)
     single = record_beat(None, beat(prefix_cache_queries=9, prefix_cache_hits=9), 0.0, RULES)
-    (one,) = pool_states([beat().replica()], {"r-0": single}, SERVED, 0.0, RULES).values()
+    (one,) = pool_states([replica_of(beat())], {"r-0": single}, SERVED, 0.0, RULES).values()
     assert one.totals.prefix_hit_rate is None  # one sample: no delta yet
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from envoy_control.state.beats import BeatRules, Heartbeat, record_beat
+from envoy_control.state.beats import BeatRules, record_beat, replica_of
 from envoy_control.state.pool_state import pool_states
 from envoy_control.state.publish import RouterPublisher, build_router_state
 from envoy_control.state.replicas import Replica
 
 from gateway_ext.routing.poller import RouterStatePoller, is_newer
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.heartbeat import Heartbeat
 from modelfleet.contract.router_state import (
     load_router_state,
     parse_router_state,
@@ -35,7 +36,7 @@ def _state(config: PlatformConfig, tokens: int = 1000, extra: bool = False) -> R
     beat = Heartbeat(
         "hb-0", "chat-7b", "v13", "127.0.0.1", 9100, "local", "serving", tokens, 1, 2, 0.5, 0, 0
     )
-    replicas = [beat.replica(), Replica("put-0", "chat-7b", "v13", "::1", 9101)]
+    replicas = [replica_of(beat), Replica("put-0", "chat-7b", "v13", "::1", 9101)]
     if extra:
         replicas.append(Replica("put-1", "chat-7b", "v14", "127.0.0.1", 9102))
     served = {"chat-7b@v13", "chat-7b@v14", "reason-70b@v1"}
