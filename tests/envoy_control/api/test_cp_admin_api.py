@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from modelfleet.config import ConfigError, load_config
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 TOKEN = "admin-token-for-tests-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 

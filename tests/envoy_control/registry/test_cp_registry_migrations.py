@@ -35,7 +35,7 @@ from sqlalchemy import (
 
 from modelfleet import db, testing
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 AT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 

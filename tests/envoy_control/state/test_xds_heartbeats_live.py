@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.live
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 HB = "chat-7b-v13-hb"
 PUT_REPLICAS = {"chat-7b-v13-0", "chat-7b-v13-1", "chat-7b-v13-2"}
 

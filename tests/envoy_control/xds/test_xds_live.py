@@ -309,7 +309,7 @@ def test_nack_is_recorded_and_previous_config_keeps_serving(
 
 async def test_changed_clusters_warm_at_once(tmp_path: Path) -> None:
     """Changing a cluster makes Envoy re-warm it; without EDS sent again it would wait 15 s."""
-    config = load_config(Path(__file__).resolve().parents[2] / "config").config
+    config = load_config(Path(__file__).resolve().parents[3] / "config").config
     replicas = [Replica("r-0", "chat-7b", "v13", "127.0.0.1", 9)]
     cache = SnapshotCache()
     first = new_snapshot("1", build_resources(config, replicas, ListenerSpec("127.0.0.1", 1)),
@@ -343,7 +343,7 @@ async def test_changed_clusters_warm_at_once(tmp_path: Path) -> None:
 async def test_envoy_keeps_serving_through_a_control_plane_restart(tmp_path: Path) -> None:
     """Envoy keeps its config while the control plane is down, then takes the new one's snapshot,
     although the restarted control plane counts versions from 1 again."""
-    config = load_config(Path(__file__).resolve().parents[2] / "config").config
+    config = load_config(Path(__file__).resolve().parents[3] / "config").config
     before = [Replica("old-0", "chat-7b", "v13", "127.0.0.1", 9)]
     after = [Replica("new-0", "chat-7b", "v13", "127.0.0.1", 10)]
     cache = SnapshotCache()

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from modelfleet.settings import SECRETS_DIR_ENV
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "cp-admin-token-0123456789"
 
 

@@ -33,7 +33,7 @@ from modelfleet.local.envoy_process import free_port
 
 pytestmark = pytest.mark.live
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "admin-token-for-the-limits-test-0123"
 CHAT = {"model": "chat-7b", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi!"}]}
 SEARCH_CHAT = {"model": "chat-7b", "max_concurrency": 500, "guaranteed_share": 0.5}

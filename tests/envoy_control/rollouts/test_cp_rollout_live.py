@@ -49,7 +49,7 @@ from replica.server import create_app as replica_app
 from replica.testing import serve_in_thread
 
 pytestmark = pytest.mark.live
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 TOKEN = "admin-token-for-live-rollouts-01"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 WINDOW_S, HOLD_S, MIN_REQUESTS = 6.0, 1.5, 20

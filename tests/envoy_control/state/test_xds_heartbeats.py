@@ -28,7 +28,7 @@ from modelfleet.contract.router_state import load_router_state
 if TYPE_CHECKING:
     from tests.envoy_control.conftest import FakeClock
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 Body = Callable[..., dict[str, Any]]
 
 

@@ -14,7 +14,7 @@ from envoy_control.xds.cache import SnapshotCache
 from envoy_control.xds.snapshot import CLUSTER
 from fastapi.testclient import TestClient
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from envoy_control.rollouts.resume import Unresumable, resume
 from envoy_control.state.plane import ControlPlane
 from envoy_control.xds.cache import SnapshotCache
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 ROLLOUT_YAML = """\
 rollout:
   min_requests: 100
