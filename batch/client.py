@@ -16,6 +16,7 @@ import httpx
 
 from batch.models import error_line, response_line
 from batch.store import PendingLine
+from modelfleet.contract.headers import PRIORITY_HEADER, REQUEST_ID_HEADER
 
 CHAT_PATH = "chat/completions"
 """Relative to the API base URL (``http://envoy:8080/v1``)."""
@@ -37,7 +38,7 @@ class Attempt:
 async def send_line(client: httpx.AsyncClient, key: str, tier: str,
                     body: dict[str, Any]) -> Attempt:
     """POST ``body`` as the team whose ``key`` it is, at ``tier``; never raises for HTTP."""
-    headers = {"authorization": f"Bearer {key}", "x-priority": tier}
+    headers = {"authorization": f"Bearer {key}", PRIORITY_HEADER: tier}
     try:
         response = await client.post(CHAT_PATH, json=body, headers=headers)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -56,7 +57,7 @@ def request_id_of(attempt: Attempt) -> str | None:
     """The answer's id (``chatcmpl-…``, carrying Envoy's ``x-request-id``), else that header."""
     if isinstance(attempt.body, dict) and isinstance(attempt.body.get("id"), str):
         return str(attempt.body["id"])
-    return attempt.headers.get("x-request-id")
+    return attempt.headers.get(REQUEST_ID_HEADER)
 
 
 def output_of(batch_id: str, line: PendingLine, attempt: Attempt, attempts: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Engine, MetaData, and_, bindparam, func, or_, select, update
 
 from batch.lines import ParsedLine
-from batch.migrations import drop_version_table, run_migrations
+from batch.migrations import HISTORY
 from batch.models import (
     ACTIVE,
     STATUS_TIMESTAMP,
@@ -35,6 +35,7 @@ from batch.models import (
     error_line,
 )
 from batch.tables import batch_tables, files_table
+from modelfleet import db
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL, make_engine
 
 _JSON_FIELDS = ("errors", "metadata")
@@ -74,12 +75,12 @@ class BatchStore:
     def create_tables(self) -> None:
         """Bring the batch tables (batches, lines, uploaded files) to head (:mod:`batch.migrations`: created, stamped or upgraded;
         two processes starting together migrate once)."""
-        run_migrations(self.engine, self.table_prefix)
+        db.run_migrations(self.engine, HISTORY, self.table_prefix)
 
     def drop_tables(self) -> None:
         """Drop the batch tables and the version table (tests)."""
         self.metadata.drop_all(self.engine)
-        drop_version_table(self.engine, self.table_prefix)
+        db.drop_version_table(self.engine, self.table_prefix, HISTORY.schema)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -40,6 +40,7 @@ from gateway_ext.limits.retry_budget import RetryBudget
 from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.prompt_tokens import BytesEstimator
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.contract.headers import CONVERSATION_HEADER, PRIORITY_HEADER
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = ("mf-dev-search-0000000000000001", "mf-dev-support-000000000000002",
@@ -61,8 +62,8 @@ def request(i: int, messages: list[dict[str, str]]) -> tuple[dict[str, str], byt
     team = i % 3
     body = json.dumps({"model": "chat-7b", "messages": messages, "max_tokens": 200,
                        "stream": True}).encode()
-    headers = {"authorization": f"Bearer {KEYS[team]}", "x-priority": TIERS[team],
-               "x-conversation-id": f"conv-{i % CONVERSATIONS}",
+    headers = {"authorization": f"Bearer {KEYS[team]}", PRIORITY_HEADER: TIERS[team],
+               CONVERSATION_HEADER: f"conv-{i % CONVERSATIONS}",
                "content-type": "application/json"}
     return headers, body
 

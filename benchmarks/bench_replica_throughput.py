@@ -29,6 +29,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from modelfleet.contract.metrics import (
+    VLLM_GENERATION_TOKENS,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+)
 from replica.params import preset
 from replica.workload import closed_loop, seed_shape_messages
 
@@ -128,9 +133,9 @@ async def run(args: argparse.Namespace, base: str) -> None:
 
     model_s = args.duration * args.time_scale
     client_rate = tally.tokens / model_s
-    server_rate = (metric(m1, "vllm:generation_tokens_total") - metric(m0, "vllm:generation_tokens_total")) / model_s
-    queries = metric(m1, "vllm:prefix_cache_queries_total") - metric(m0, "vllm:prefix_cache_queries_total")
-    hits = metric(m1, "vllm:prefix_cache_hits_total") - metric(m0, "vllm:prefix_cache_hits_total")
+    server_rate = (metric(m1, VLLM_GENERATION_TOKENS) - metric(m0, VLLM_GENERATION_TOKENS)) / model_s
+    queries = metric(m1, VLLM_PREFIX_CACHE_QUERIES) - metric(m0, VLLM_PREFIX_CACHE_QUERIES)
+    hits = metric(m1, VLLM_PREFIX_CACHE_HITS) - metric(m0, VLLM_PREFIX_CACHE_HITS)
     cap = params.capacity_tokens_per_s
     print(json.dumps({"preset": args.preset, "streams": streams, "time_scale": args.time_scale,
                       "window_model_s": model_s}))

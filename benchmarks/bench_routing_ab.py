@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.local.harness import edit_yaml, start_stack, write_config
 
 TRACE = Path("/work/shared/traces/azure_llm_2023_conv.csv")
@@ -104,7 +105,7 @@ async def turn(client: httpx.AsyncClient, url: str, key: str, conv: Conversation
                messages: list[dict[str, str]], answer: int, res: Results, later: bool) -> str:
     body = {"model": "chat-7b", "messages": messages, "max_tokens": answer, "stream": True,
             "ignore_eos": True}
-    headers = {"authorization": f"Bearer {key}", "x-conversation-id": conv.cid}
+    headers = {"authorization": f"Bearer {key}", CONVERSATION_HEADER: conv.cid}
     t0, text, first = time.perf_counter(), [], None
     async with client.stream("POST", url, json=body, headers=headers) as r:
         if r.status_code != 200:

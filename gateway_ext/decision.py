@@ -42,6 +42,7 @@ from modelfleet.config.keys import Authenticated, KeyRing, authorize
 from modelfleet.config.schema import PlatformConfig, TeamLimit
 from modelfleet.contract.errors import ApiError, invalid, rate_limited, shed
 from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
     RESERVATION_HEADER,
     ROUTE_VERSION_HEADER,
     TEAM_HEADER,
@@ -168,7 +169,7 @@ class GatewayCore:
         if isinstance(auth, ApiError):
             return Refused(auth)
         team = auth.team.name
-        print_ = fingerprint(header(headers, "x-conversation-id"), body)
+        print_ = fingerprint(header(headers, CONVERSATION_HEADER), body)
         check = self.retry.check(team, print_, now)
         if not check.allowed:
             error = rate_limited("Too many retries before Retry-After: slow down.",

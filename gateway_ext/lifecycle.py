@@ -38,6 +38,7 @@ from gateway_ext.metrics import GatewayMetrics, MetricsRecorder
 from gateway_ext.request import header, parse_tier
 from modelfleet.config.schema import TeamLimit
 from modelfleet.contract.errors import ApiError, ErrorType, shed
+from modelfleet.contract.headers import CONVERSATION_HEADER, PRIORITY_HEADER
 
 CLIENT_GONE = ApiError(499, ErrorType.INVALID_REQUEST, "The client closed the request.",
                        "client_closed")
@@ -109,7 +110,7 @@ class RequestLifecycle:
         now = self.clock()
         result = await self._decide(headers, body, now)
         if isinstance(result, Refused):
-            self._count_refusal(result, header(headers, "x-priority"))
+            self._count_refusal(result, header(headers, PRIORITY_HEADER))
             return result
         self.record.bucket(result.team, result.request.model, "reserved",
                            result.request.reserve_tokens)
@@ -119,7 +120,7 @@ class RequestLifecycle:
         rid = result.reservation_id
         future: asyncio.Future[Admitted | Refused] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = _Waiter(result, future,
-                                     fingerprint(header(headers, "x-conversation-id"), body))
+                                     fingerprint(header(headers, CONVERSATION_HEADER), body))
         self._rearm.set()
         try:
             answer = await self._wait(future, gone)

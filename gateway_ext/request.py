@@ -29,6 +29,7 @@ from gateway_ext.prompt_tokens import (
 )
 from modelfleet.config.schema import TIERS, Model, PlatformConfig, Tier, Version
 from modelfleet.contract.errors import ApiError, invalid, not_found, too_large
+from modelfleet.contract.headers import CONVERSATION_HEADER, PRIORITY_HEADER
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """Largest accepted body, in bytes (1 MiB)."""
@@ -78,7 +79,7 @@ def parse_tier(value: str | None) -> Tier | ApiError:
     tier = value.strip().lower()
     if tier not in TIERS:
         return invalid(f"x-priority must be one of {', '.join(TIERS)}; got '{value}'.",
-                       param="x-priority", code="invalid_priority")
+                       param=PRIORITY_HEADER, code="invalid_priority")
     return tier
 
 
@@ -218,13 +219,13 @@ def parse_chat_request(
 def _with_headers(headers: Mapping[str, str], config: PlatformConfig, model: Model,
                   version: Version | None, messages: Sequence[Message], max_tokens: int | None,
                   n: int, stream: bool, estimate: PromptTokenEstimator) -> ChatRequest | ApiError:
-    tier = parse_tier(header(headers, "x-priority"))
+    tier = parse_tier(header(headers, PRIORITY_HEADER))
     if isinstance(tier, ApiError):
         return tier
-    conversation_id = (header(headers, "x-conversation-id") or "").strip() or None
+    conversation_id = (header(headers, CONVERSATION_HEADER) or "").strip() or None
     if conversation_id is not None and len(conversation_id) > MAX_CONVERSATION_ID_CHARS:
         return invalid(f"x-conversation-id is longer than {MAX_CONVERSATION_ID_CHARS} characters.",
-                       param="x-conversation-id")
+                       param=CONVERSATION_HEADER)
     prompt = estimate(messages)
     given = max_tokens is not None
     if max_tokens is None:

@@ -1,6 +1,7 @@
 """SQL engines for the platform's databases (SQLAlchemy 2): SQLite by default, Postgres in
 production; the metering database that gateway_ext's usage rows and the batch service's tables
-share, and its defaults."""
+share, and its defaults; and :func:`run_migrations`, which brings one schema's Alembic
+:class:`History` (the registry's, the usage tables', the batch tables') to head at start."""
 
 from __future__ import annotations
 

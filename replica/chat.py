@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from modelfleet.contract import tokens
+from modelfleet.contract.headers import REQUEST_ID_HEADER
 from replica.driver import EngineDead, EngineDriver, RequestHandle
 from replica.engine_types import EngineRequest
 from replica.generation import OutputPlan, plan_output
@@ -167,7 +168,7 @@ class ChatHandler:
             return RequestError(str(exc), HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError").response()
         except ValueError as exc:
             return RequestError(str(exc)).response()
-        completion_id = f"chatcmpl-{raw.headers.get('x-request-id') or engine_id}"
+        completion_id = f"chatcmpl-{raw.headers.get(REQUEST_ID_HEADER) or engine_id}"
         created = int(time.time())
         if req.stream:
             ended: list[bool] = []

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from modelfleet.contract.headers import CHAT_PATH, METRICS_PATH, SHADOW_HEADER
 from modelfleet.contract.heartbeat import HEARTBEAT_PATH, ReplicaPhase
 from replica_middleware.asgi import asgi_get, read_body
 from replica_middleware.exchange import Exchange, send_unavailable
@@ -48,10 +49,6 @@ from replica_middleware.sse import Identity
 
 log = logging.getLogger(__name__)
 
-CHAT_PATH = "/v1/chat/completions"
-METRICS_PATH = "/metrics"
-SHADOW_HEADER = "x-modelfleet-shadow"
-"""Set by Envoy on mirrored copies (``modelfleet.contract.headers.SHADOW_HEADER``)."""
 
 
 class ModelfleetMiddleware:

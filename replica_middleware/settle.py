@@ -26,12 +26,15 @@ from typing import Literal
 
 import httpx
 
+from modelfleet.contract.headers import (
+    RESERVATION_HEADER,
+    ROUTE_VERSION_HEADER,
+    TEAM_HEADER,
+    TIER_HEADER,
+)
+
 log = logging.getLogger(__name__)
 
-RESERVATION_HEADER = "x-modelfleet-reservation"
-TEAM_HEADER = "x-modelfleet-team"
-TIER_HEADER = "x-modelfleet-tier"
-ROUTE_VERSION_HEADER = "x-route-version"
 Outcome = Literal["finished", "client_disconnect", "error", "rejected"]
 
 

@@ -1,5 +1,5 @@
 """The batch tables' Alembic history (``versions/``), run in code at start by
-:func:`run_migrations` under the version table ``<prefix>alembic_batch`` (in the metering
+:func:`modelfleet.db.run_migrations` under the version table ``<prefix>alembic_batch`` (in the metering
 database, beside the usage history's ``<prefix>alembic_usage``).
 
 Revisions: ``batch0001`` ``<prefix>batches`` and ``<prefix>batch_lines`` as first released;
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from modelfleet import db
 
@@ -26,13 +26,3 @@ def detect(conn: Connection, prefix: str) -> str | None:
 
 HISTORY = db.History(Path(__file__).resolve().parent, "batch", detect,
                      frozenset({"batch0001", "batch0002"}))
-
-
-def run_migrations(engine: Engine, prefix: str) -> list[str]:
-    """Bring the batch tables under ``prefix`` to head (created, stamped or upgraded)."""
-    return db.run_migrations(engine, HISTORY, prefix)
-
-
-def drop_version_table(engine: Engine, prefix: str) -> None:
-    """Drop the batch history's version table (tests)."""
-    db.drop_version_table(engine, prefix, HISTORY.schema)

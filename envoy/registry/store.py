@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
-from envoy_control.registry.migrations import drop_version_table, run_migrations
+from envoy_control.registry.migrations import HISTORY
 from envoy_control.registry.records import (
     VersionConflict,
     at_utc,
@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.pool import StaticPool
 
+from modelfleet import db
 from modelfleet.config import PlatformConfig, Problem, Version
 from modelfleet.config.problems import Origins
 
@@ -73,12 +74,12 @@ class Registry:
         """Bring every table to head with the registry's Alembic history: create them in an
         empty database, stamp tables made before Alembic, upgrade older ones (``rollouts`` gets
         ``previous``). Two control planes starting together migrate once (a lock)."""
-        run_migrations(self.engine, self.table_prefix)
+        db.run_migrations(self.engine, HISTORY, self.table_prefix)
 
     def drop_tables(self) -> None:
         """Drop every table and the version table (tests)."""
         self.t.metadata.drop_all(self.engine)
-        drop_version_table(self.engine, self.table_prefix)
+        db.drop_version_table(self.engine, self.table_prefix, HISTORY.schema)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -32,18 +32,20 @@ from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
 from modelfleet.contract.errors import ErrorType
 from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
     DESTINATION_HEADER,
     RESERVATION_HEADER,
     ROUTE_VERSION_HEADER,
     SHADOW_HEADER,
+    UPSTREAM_CLUSTER_HEADER,
+    UPSTREAM_HOST_HEADER,
+    UPSTREAM_REPLICA_HEADER,
 )
 
-CONVERSATION_HEADER = "x-conversation-id"
-"""The routing key: the ring hash over a version's replicas hashes it."""
 UPSTREAM_HEADERS = {
-    "x-modelfleet-upstream": "%UPSTREAM_HOST%",
-    "x-modelfleet-cluster": "%UPSTREAM_CLUSTER%",
-    "x-modelfleet-replica": "%UPSTREAM_HOST_NAME%",
+    UPSTREAM_HOST_HEADER: "%UPSTREAM_HOST%",
+    UPSTREAM_CLUSTER_HEADER: "%UPSTREAM_CLUSTER%",
+    UPSTREAM_REPLICA_HEADER: "%UPSTREAM_HOST_NAME%",
 }
 """Response headers Envoy adds: the replica's address, its cluster (model@version), its id."""
 ROUTE_IDLE_TIMEOUT_S = 120.0

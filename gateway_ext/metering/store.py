@@ -40,7 +40,8 @@ from gateway_ext.metering.meter import (
     UsageRow,
     merge_rows,
 )
-from gateway_ext.metering.migrations import drop_version_table, run_migrations
+from gateway_ext.metering.migrations import HISTORY
+from modelfleet import db
 from modelfleet.db import DEFAULT_TABLE_PREFIX, DEFAULT_URL, make_engine
 
 KEY_COLUMNS = ("team", "model", "version", "region", "tier", "minute")
@@ -85,12 +86,12 @@ class UsageStore:
         before Alembic, upgrade older ones (a usage table from before tiers gets the ``tier``
         column and key; its rows read as :data:`~gateway_ext.metering.meter.DEFAULT_TIER`).
         Two processes starting together migrate once (:func:`modelfleet.db.run_migrations`)."""
-        run_migrations(self.engine, self.table_prefix)
+        db.run_migrations(self.engine, HISTORY, self.table_prefix)
 
     def drop_tables(self) -> None:
         """Drop both tables and the version table (tests)."""
         self.metadata.drop_all(self.engine)
-        drop_version_table(self.engine, self.table_prefix)
+        db.drop_version_table(self.engine, self.table_prefix, HISTORY.schema)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

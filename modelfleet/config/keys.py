@@ -19,6 +19,7 @@ from modelfleet.config.keyhash import (
 )
 from modelfleet.config.schema import Team, TeamLimit, Tier
 from modelfleet.contract.errors import ApiError, forbidden, unauthenticated
+from modelfleet.contract.headers import PRIORITY_HEADER
 
 KEY_PREFIX = "mf-"
 """Every generated key starts with this, so leaked keys are easy to find by secret scanners."""
@@ -100,5 +101,5 @@ def authorize(team: Team, model: str, tier: Tier) -> TeamLimit | ApiError:
         allowed = ", ".join(limit.tiers)
         return forbidden(
             f"Team '{team.name}' may not send '{tier}' requests to '{model}' (allowed: {allowed}).",
-            param="x-priority", code="tier_not_allowed")
+            param=PRIORITY_HEADER, code="tier_not_allowed")
     return limit

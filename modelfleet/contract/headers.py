@@ -29,6 +29,21 @@ AUTHZ_PATH_PREFIX = "/authz"
 SETTLE_PATH = "/v1/settle"
 """Where replicas report the real usage of a reservation."""
 CHAT_PATH = "/v1/chat/completions"
+METRICS_PATH = "/metrics"
+"""A replica's (and every service's) Prometheus exposition."""
+
+PRIORITY_HEADER = "x-priority"
+"""The client's tier: ``interactive``, ``standard`` or ``batch``."""
+CONVERSATION_HEADER = "x-conversation-id"
+"""The client's conversation id: the routing key (pins, the canary split, the replica ring)."""
+REQUEST_ID_HEADER = "x-request-id"
+"""Envoy's request id, which a replica uses in the completion id and the batch worker records."""
+UPSTREAM_HOST_HEADER = "x-modelfleet-upstream"
+"""Response header Envoy adds: the replica's address (``ip:port``)."""
+UPSTREAM_CLUSTER_HEADER = "x-modelfleet-cluster"
+"""Response header Envoy adds: the cluster that served the request (``model@version``)."""
+UPSTREAM_REPLICA_HEADER = "x-modelfleet-replica"
+"""Response header Envoy adds: the replica's id."""
 
 ROUTE_VERSION_HEADER = "x-route-version"
 """``model@version`` the request goes to; Envoy's routes match it exactly."""
@@ -51,7 +66,7 @@ GATEWAY_HEADER_PREFIX = "x-modelfleet-"
 """Client request headers with this prefix (and ``x-route-version``) are removed by Envoy before
 the check: only the gateway may set them."""
 
-CHECK_HEADERS = ("authorization", "x-priority", "x-conversation-id", "content-type",
+CHECK_HEADERS = ("authorization", PRIORITY_HEADER, CONVERSATION_HEADER, "content-type",
                  "content-length")
 """Client headers Envoy passes to the check (with method, path and host)."""
 RATELIMIT_PREFIX = "x-ratelimit-"

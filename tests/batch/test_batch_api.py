@@ -16,6 +16,7 @@ import pytest
 from batch.service import batch_service_argv, create_batch_app, parse_args
 from batch.settings import BatchSettings
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import PRIORITY_HEADER
 
 NOW_WINDOW = "1h"
 
@@ -126,7 +127,7 @@ async def test_keys_and_bad_requests_get_openai_errors(
         # search may not send batch to chat-7b (its tiers: interactive, standard)
         denied = error_of(await client.post("/v1/batches", json=good,
                                             headers=auth(dev_keys["search"])), 403)
-        assert denied["type"] == "permission_error" and denied["param"] == "x-priority"
+        assert denied["type"] == "permission_error" and denied["param"] == PRIORITY_HEADER
         when = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
         with_z = await client.post("/v1/batches", headers=research, json={
             **good, "deadline": when.isoformat().replace("+00:00", "Z")})

@@ -26,6 +26,7 @@ from batch.settings import BatchSettings
 from batch.store import BatchStore
 from batch.worker import BatchWorker
 from modelfleet.config import Tier
+from modelfleet.contract.headers import PRIORITY_HEADER
 
 Handler = Callable[[dict[str, Any], "Seen"], Awaitable[httpx.Response]]
 
@@ -73,7 +74,7 @@ class Rig:
         async def route(request: httpx.Request) -> httpx.Response:
             body = json.loads(request.content)
             self.seen.requests.append((time.time(), body["messages"][0]["content"],
-                                       request.headers["x-priority"]))
+                                       request.headers[PRIORITY_HEADER]))
             assert request.headers["authorization"] == "Bearer key-research"
             return await self.handler(body, self.seen)
 

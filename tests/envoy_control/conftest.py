@@ -28,6 +28,7 @@ from envoy_control.resources.bootstrap import write_bootstrap
 from envoy_control.state.replicas import Replica
 
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.contract.headers import PRIORITY_HEADER
 from modelfleet.local.envoy_process import (
     EnvoyProcess,
     envoy_argv,
@@ -309,7 +310,7 @@ class _StubGateway(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         self.checks.append((self.command, self.path, dict(self.headers)))
         headers: dict[str, str] = {}
-        mode = self.headers.get("x-priority", "")
+        mode = self.headers.get(PRIORITY_HEADER, "")
         if mode in ("deny", "shed"):
             status = 429 if mode == "deny" else 460
             out = json.dumps({"error": {"message": mode, "type": "rate_limit_error", "param": None,

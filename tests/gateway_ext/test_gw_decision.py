@@ -26,6 +26,7 @@ from gateway_ext.limits.retry_budget import RetryBudget, RetryBudgetConfig
 from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.metrics import make_metrics
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.metrics import GATEWAY_POOL_QUEUE_DEPTH
 
 NOW = 1_700_000_000.0
 PROMPT = 7  # "Hi!" through the ChatML template: <|im_start|> user Hi ! <|im_end|> <|im_start|> assistant
@@ -185,5 +186,5 @@ def test_metrics_live_on_the_registry_passed_in() -> None:
     assert value("pool_capacity_tokens", pool="chat-7b@v13") == 1000
     assert value("pool_queue_wait_seconds_bucket", pool="chat-7b@v13", tier="standard",
                  le="0.5") == 1
-    assert other.get_sample_value("modelfleet_gateway_pool_queue_depth",
+    assert other.get_sample_value(GATEWAY_POOL_QUEUE_DEPTH,
                                   {"pool": "chat-7b@v13", "tier": "batch"}) is None

@@ -20,6 +20,7 @@ from gateway_ext.limits.retry_budget import RetryBudget, RetryBudgetConfig
 from gateway_ext.metering.meter import UsageMeter
 from gateway_ext.metrics import make_metrics
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import PRIORITY_HEADER
 
 PROMPT = 7  # "Hi!" through the ChatML template
 
@@ -48,7 +49,7 @@ def make_gate(config: PlatformConfig, capacity: int, max_queue: int = 256,
 def request(key: str, max_tokens: int, tier: str = "standard") -> tuple[dict[str, str], bytes]:
     body = {"model": "chat-7b", "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": "Hi!"}]}
-    return ({"authorization": f"Bearer {key}", "x-priority": tier}, json.dumps(body).encode())
+    return ({"authorization": f"Bearer {key}", PRIORITY_HEADER: tier}, json.dumps(body).encode())
 
 
 def usage(admitted: Admitted, completion: int, prompt: int = PROMPT) -> UsageReport:

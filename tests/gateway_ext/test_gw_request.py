@@ -19,6 +19,7 @@ from gateway_ext.request import ChatRequest, parse_chat_request
 from modelfleet.config import PlatformConfig
 from modelfleet.contract import tokens
 from modelfleet.contract.errors import ApiError, ErrorType
+from modelfleet.contract.headers import CONVERSATION_HEADER, PRIORITY_HEADER
 
 HELLO = [{"role": "user", "content": "Hello, world!"}]
 
@@ -59,7 +60,7 @@ def test_explicit_fields_and_headers(platform_config: PlatformConfig) -> None:
     req = ok(platform_config,
              {"model": "reason-70b@v1", "messages": HELLO, "max_completion_tokens": 100,
               "max_tokens": 7, "n": 2, "stream": True, "temperature": 0.2},
-             {"X-Priority": " Interactive ", "x-conversation-id": "conv-1"})
+             {"X-Priority": " Interactive ", CONVERSATION_HEADER: "conv-1"})
     assert (req.model, req.version, req.max_tokens, req.max_tokens_given, req.n, req.stream) == (
         "reason-70b", "v1", 100, True, 2, True)
     assert (req.tier, req.conversation_id) == ("interactive", "conv-1")
@@ -141,10 +142,10 @@ ERRORS: list[tuple[str, Any, dict[str, str], int, ErrorType, str | None, str]] =
      "invalid_request"),
     ("stream a string", {"model": M, "messages": HELLO, "stream": "yes"}, {}, 400,
      ErrorType.INVALID_REQUEST, "stream", "invalid_request"),
-    ("bad tier", {"model": M, "messages": HELLO}, {"x-priority": "urgent"}, 400,
-     ErrorType.INVALID_REQUEST, "x-priority", "invalid_priority"),
+    ("bad tier", {"model": M, "messages": HELLO}, {PRIORITY_HEADER: "urgent"}, 400,
+     ErrorType.INVALID_REQUEST, PRIORITY_HEADER, "invalid_priority"),
     ("conversation id too long", {"model": M, "messages": HELLO},
-     {"x-conversation-id": "c" * 257}, 400, ErrorType.INVALID_REQUEST, "x-conversation-id",
+     {CONVERSATION_HEADER: "c" * 257}, 400, ErrorType.INVALID_REQUEST, CONVERSATION_HEADER,
      "invalid_request"),
 ]
 

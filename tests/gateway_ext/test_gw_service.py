@@ -18,7 +18,7 @@ from gateway_ext.runtime import Runtime, build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.headers import SHED_STATUS
+from modelfleet.contract.headers import PRIORITY_HEADER, SHED_STATUS
 from modelfleet.contract.metrics import GATEWAY_STORE_FALLBACKS, GATEWAY_TEAM_BUCKET_TOKENS
 
 CHAT = {"model": "chat-7b", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi!"}]}
@@ -57,7 +57,7 @@ async def test_an_allowed_check_carries_the_upstream_and_client_headers(
         dev_keys: dict[str, str]) -> None:
     async with serve(settings(), platform_config) as (client, _):
         r = await client.post("/authz/v1/chat/completions",
-                              **check(dev_keys["search"], **{"x-priority": "interactive"}))
+                              **check(dev_keys["search"], **{PRIORITY_HEADER: "interactive"}))
         assert r.status_code == 200 and r.content == b""
         assert r.headers["x-route-version"] in ("chat-7b@v13", "chat-7b@v14")
         assert r.headers["x-modelfleet-team"] == "search"
@@ -82,7 +82,7 @@ async def test_refusals_are_openai_json_and_a_503_uses_the_marker(
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
         # no replica: a batch request waits, times out and is shed
         shed = await client.post("/authz/v1/chat/completions",
-                                 **check(dev_keys["support"], **{"x-priority": "batch"}))
+                                 **check(dev_keys["support"], **{PRIORITY_HEADER: "batch"}))
         assert shed.status_code == SHED_STATUS
         assert shed.json()["error"]["type"] == "server_error"
         assert int(shed.headers["retry-after"]) >= 5 and "retry-after-ms" in shed.headers

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import openai
 
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.local.harness import RunningStack, edit_yaml
 from modelfleet.local.processes import free_port
 from modelfleet.local.replicas import gateway_argv
@@ -47,7 +48,7 @@ async def complete_turn(client: openai.AsyncOpenAI, conversation: str,
     try:
         answer = await client.chat.completions.create(
             model="chat-7b", messages=messages, max_tokens=max_tokens,  # type: ignore[arg-type]
-            extra_headers={"x-conversation-id": conversation})
+            extra_headers={CONVERSATION_HEADER: conversation})
         extra = dict(answer.model_extra or {})
         turn.text = answer.choices[0].message.content or ""
         turn.replica_id, turn.model_version = extra.get("replica_id"), extra.get("model_version")
@@ -156,7 +157,7 @@ class SecondGateway:
                 "messages": [{"role": "user", "content": "hello"}]}
         return httpx.post(self.url + "/authz/v1/chat/completions", content=json.dumps(body),
                           headers={"authorization": f"Bearer {key}",
-                                   "x-conversation-id": conversation}, timeout=10)
+                                   CONVERSATION_HEADER: conversation}, timeout=10)
 
     def stop(self) -> None:
         """SIGTERM by PID, SIGKILL after 15 s."""

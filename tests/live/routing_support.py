@@ -17,6 +17,7 @@ from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk
 
 from gateway_ext.routing.picking import build_ring, ring_order
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.local.harness import RunningStack, edit_yaml, write_config
 
 KEY_TEAM = "search"
@@ -79,7 +80,7 @@ async def stream_turn(client: openai.AsyncOpenAI, conversation: str | None,
                       model: str = "chat-7b", **extra: Any) -> Turn:
     """One streamed request; exceptions end up in ``Turn.error``."""
     turn = Turn()
-    headers = {"x-conversation-id": conversation} if conversation else {}
+    headers = {CONVERSATION_HEADER: conversation} if conversation else {}
     headers.update(extra.pop("extra_headers", {}))
     try:
         stream = cast(AsyncStream[ChatCompletionChunk], await client.chat.completions.create(

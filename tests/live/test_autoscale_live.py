@@ -26,6 +26,7 @@ from typing import Any
 import openai
 import pytest
 
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.local.harness import (
     RunningStack,
     assert_all_stopped,
@@ -105,7 +106,7 @@ class Load:
                 messages = [{"role": "user", "content": f"client {n} question {i}: {PROMPT}"}]
                 chunks: list[Any] = list(self.client.chat.completions.create(
                     model="chat-7b", messages=messages, max_tokens=MAX_TOKENS, stream=True,  # type: ignore[arg-type]
-                    extra_headers={"x-conversation-id": f"c{n}"}))
+                    extra_headers={CONVERSATION_HEADER: f"c{n}"}))
                 assert any(c.choices and c.choices[0].finish_reason for c in chunks)
                 with self.lock:
                     self.ok += 1

@@ -31,6 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from batch.service import batch_service_argv
 from batch.store import BatchStore
 from gateway_ext.metering.store import UsageStore
+from modelfleet.contract.headers import PRIORITY_HEADER
+from modelfleet.contract.metrics import BATCH_THROTTLED, GATEWAY_POOL_ADMITTED, GATEWAY_TEAM_SHED
 from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
 from modelfleet.local.processes import free_port
@@ -212,7 +214,7 @@ def test_a_200_line_batch_completes_through_the_stack_metered_at_tier_batch(
         prefix: str) -> None:
     questions = [(f"q{i}", f"Question {i} about token buckets", 2 + i % 4) for i in range(200)]
     path = write_input(fleet, "two-hundred", [line(c, q, k) for c, q, k in questions])
-    admitted = "modelfleet_gateway_pool_admitted_total"
+    admitted = GATEWAY_POOL_ADMITTED
     before = metric(fleet.gateway_url, admitted, tier="batch")
     usage = UsageStore(postgres_url, prefix)
 
@@ -279,7 +281,7 @@ def _interactive_load(fleet: RunningStack, seconds: float, statuses: Counter[int
     max_tokens = LOAD_TOKENS - len(chat_prompt_ids([("user", ESSAY)]))
     body = {"model": "reason-70b", "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
             "messages": [{"role": "user", "content": ESSAY}]}
-    headers = {**key(fleet, "search"), "x-priority": "interactive"}
+    headers = {**key(fleet, "search"), PRIORITY_HEADER: "interactive"}
     end = time.monotonic() + seconds
     with httpx.Client(timeout=30) as client:
         while time.monotonic() < end:
@@ -296,7 +298,7 @@ def test_the_batch_pauses_under_interactive_load_then_resumes(
         fleet: RunningStack, api: str, worker: Callable[..., Service]) -> None:
     path = write_input(fleet, "paused", [line(f"p{i}", f"Question {i}", 4, model="reason-70b")
                                          for i in range(80)])
-    shed = "modelfleet_gateway_team_shed_total"
+    shed = GATEWAY_TEAM_SHED
     shed_before = metric(fleet.gateway_url, shed, team="research", tier="batch")
     w = worker("w-pause", "--concurrency", "4", "--urgent-window", "0")
     made = create(api, fleet, "research", "reason-70b", path, completion_window="1h")
@@ -318,14 +320,14 @@ def test_the_batch_pauses_under_interactive_load_then_resumes(
     batch = wait(api, fleet, "research", made["id"], lambda b: b["status"] in FINAL, 20)
     assert batch["status"] == "completed" and batch["counts"]["completed"] == 80
     assert metric(fleet.gateway_url, shed, team="research", tier="batch") > shed_before
-    assert metric(w.url, "modelfleet_batch_throttled_total", status="503") >= 1
+    assert metric(w.url, BATCH_THROTTLED, status="503") >= 1
 
 
 def test_a_killed_worker_is_restarted_and_every_line_has_exactly_one_result(
         fleet: RunningStack, api: str, worker: Callable[..., Service]) -> None:
     lines = [line(f"k{i}", f"Kill question {i}", 30, ignore_eos=True) for i in range(120)]
     path = write_input(fleet, "killed", lines)
-    admitted = "modelfleet_gateway_pool_admitted_total"
+    admitted = GATEWAY_POOL_ADMITTED
     before = metric(fleet.gateway_url, admitted, tier="batch")
     first = worker("w-kill-1", "--concurrency", "2")
     made = create(api, fleet, "research", "chat-7b", path)

@@ -23,6 +23,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from gateway_ext.metering.store import UsageStore
+from modelfleet.contract.headers import CONVERSATION_HEADER, PRIORITY_HEADER
 from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack, edit_yaml, postgres_stack, write_config
 
@@ -94,7 +95,7 @@ def hold_stream(stack: RunningStack, team: str, model: str, max_tokens: int,
             "messages": [{"role": "user", "content": ESSAY}]}
     request = client.build_request(
         "POST", stack.base_url + "/chat/completions", json=body,
-        headers={"authorization": f"Bearer {stack.key(team)}", "x-priority": tier})
+        headers={"authorization": f"Bearer {stack.key(team)}", PRIORITY_HEADER: tier})
     response = client.send(request, stream=True)
     assert response.status_code == 200, response.read()
     return Held(client, response)
@@ -132,7 +133,7 @@ def test_a_shed_batch_request_gets_503_with_retry_after(limited: RunningStack) -
     def batch() -> ChatCompletion:
         return research.chat.completions.create(model="reason-70b", max_tokens=5,
                                                 messages=messages,
-                                                extra_headers={"x-priority": "batch"})
+                                                extra_headers={PRIORITY_HEADER: "batch"})
 
     with ThreadPoolExecutor(1) as pool:
         queued = pool.submit(batch)
@@ -159,7 +160,7 @@ def test_a_queued_client_that_leaves_is_taken_out_of_the_queue(limited: RunningS
     try:
         body = {"model": "reason-70b", "max_tokens": 5,
                 "messages": [{"role": "user", "content": "hi"}]}
-        headers = {"authorization": f"Bearer {limited.key('research')}", "x-priority": "batch"}
+        headers = {"authorization": f"Bearer {limited.key('research')}", PRIORITY_HEADER: "batch"}
         with pytest.raises(httpx.ReadTimeout):  # queued behind the running request; we give up
             httpx.post(limited.base_url + "/chat/completions", json=body, headers=headers,
                        timeout=httpx.Timeout(10, read=0.5))
@@ -182,7 +183,7 @@ def _ttfts(stack: RunningStack, team: str, count: int, out: list[float],
                     "messages": [{"role": "user", "content": f"{team} question {i}"}]}
             start = time.perf_counter()
             with client.stream("POST", stack.base_url + "/chat/completions", json=body,
-                               headers={**headers, "x-conversation-id": f"{team}-{i}"}) as r:
+                               headers={**headers, CONVERSATION_HEADER: f"{team}-{i}"}) as r:
                 statuses[r.status_code] += 1
                 lines = r.iter_lines()
                 if any(line.startswith("data: ") for line in lines):

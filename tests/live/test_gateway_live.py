@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from modelfleet.contract.headers import PRIORITY_HEADER, UPSTREAM_CLUSTER_HEADER
 from modelfleet.contract.tokens import chat_prompt_ids
 from modelfleet.local.harness import RunningStack
 from replica.generation import plan_output
@@ -76,7 +77,7 @@ def test_refusals_are_openai_json_and_charge_nothing(stack: RunningStack) -> Non
         ({"model": "chat-7b", "messages": []}, {}, "messages"),
         ({"model": "chat-7b", "messages": messages, "max_tokens": 0}, {}, "max_tokens"),
         ({"model": "chat-7b", "messages": messages, "max_tokens": 4097}, {}, "max_tokens"),
-        ({"model": "chat-7b", "messages": messages}, {"x-priority": "urgent"}, "x-priority"),
+        ({"model": "chat-7b", "messages": messages}, {PRIORITY_HEADER: "urgent"}, PRIORITY_HEADER),
     ]
     for body, headers, param in cases:
         with pytest.raises(openai.BadRequestError) as bad:
@@ -110,7 +111,7 @@ def test_forged_routing_and_team_headers_are_ignored(stack: RunningStack) -> Non
         model="chat-7b@v13", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
         extra_headers={"x-route-version": "reason-70b@v1", "x-modelfleet-team": "research",
                        "x-modelfleet-reservation": "someone-elses"})
-    assert raw.headers["x-modelfleet-cluster"] == "chat-7b@v13"
+    assert raw.headers[UPSTREAM_CLUSTER_HEADER] == "chat-7b@v13"
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 6_000_000  # the gateway's, on 200
     assert metric(stack, "team_bucket_tokens_total", event="reserved", model="chat-7b",
                   team="search") > before

@@ -14,12 +14,17 @@ import httpx
 import openai
 import pytest
 
+from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
+    UPSTREAM_CLUSTER_HEADER,
+    UPSTREAM_REPLICA_HEADER,
+)
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack, write_config
 
 pytestmark = pytest.mark.live
 
-REPLICA_HEADER = "x-modelfleet-replica"
-CLUSTER_HEADER = "x-modelfleet-cluster"
+REPLICA_HEADER = UPSTREAM_REPLICA_HEADER
+CLUSTER_HEADER = UPSTREAM_CLUSTER_HEADER
 
 
 def client(stack: RunningStack) -> openai.OpenAI:
@@ -82,7 +87,7 @@ def test_one_conversation_stays_on_one_replica_for_twenty_turns(stack: RunningSt
         messages.append({"role": "user", "content": f"Question {turn}: what happens next?"})
         raw = api.chat.completions.with_raw_response.create(
             model="chat-7b", messages=messages, max_tokens=12,  # type: ignore[arg-type]
-            extra_headers={"x-conversation-id": "conversation-sticky-1"},
+            extra_headers={CONVERSATION_HEADER: "conversation-sticky-1"},
         )
         seen.add(raw.headers[REPLICA_HEADER] + "/" + raw.headers[CLUSTER_HEADER])
         reply = raw.parse()
@@ -100,7 +105,7 @@ def test_different_conversations_spread_over_every_replica(stack: RunningStack) 
     for i in range(60):
         raw = api.chat.completions.with_raw_response.create(
             model="chat-7b@v13", messages=[{"role": "user", "content": "hello"}], max_tokens=2,
-            extra_headers={"x-conversation-id": f"spread-{i}"},
+            extra_headers={CONVERSATION_HEADER: f"spread-{i}"},
         )
         replicas[raw.headers[REPLICA_HEADER]] += 1
     live = {p["replica_id"] for p in stack.facts["processes"] if p.get("model_version") == "chat-7b@v13"}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from modelfleet.contract.metrics import REPLICA_REQUESTS
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack
 
 if TYPE_CHECKING:
@@ -107,10 +108,10 @@ def test_control_plane_down_60_s_under_load_fails_no_request_and_resyncs(
     seen_at = time.monotonic()
     rs.wait_for(lambda: os_.envoy_acked(failing) not in (None, resynced), 10,
                 "Envoy ACKs the changed routes")
-    shadow_before = rs.replica_metric(failing, "chat-7b@v14-0", "modelfleet_replica_requests_total",
+    shadow_before = rs.replica_metric(failing, "chat-7b@v14-0", REPLICA_REQUESTS,
                                       traffic="shadow")
     rs.wait_for(lambda: rs.replica_metric(failing, "chat-7b@v14-0",
-                                          "modelfleet_replica_requests_total",
+                                          REPLICA_REQUESTS,
                                           traffic="shadow") > shadow_before, 15,
                 "Envoy mirrors to the new shadow")
     time.sleep(1.0)

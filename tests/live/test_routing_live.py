@@ -16,6 +16,8 @@ import openai
 import pytest
 
 from gateway_ext.routing.versions import conversation_key, split_point
+from modelfleet.contract.headers import CONVERSATION_HEADER, UPSTREAM_REPLICA_HEADER
+from modelfleet.contract.metrics import REPLICA_REQUESTS
 from modelfleet.local.harness import RunningStack, assert_all_stopped, start_stack
 
 if TYPE_CHECKING:
@@ -99,8 +101,8 @@ def test_a_slow_replica_is_skipped_while_above_the_bound_and_taken_again_after(
             before = over()
             raw = await client.chat.completions.with_raw_response.create(
                 model="chat-7b@v13", messages=body, max_tokens=1500, stream=True,  # type: ignore[arg-type]
-                extra_headers={"x-conversation-id": next(homed)})
-            picks.append((before, raw.headers.get("x-modelfleet-replica"), over()))
+                extra_headers={CONVERSATION_HEADER: next(homed)})
+            picks.append((before, raw.headers.get(UPSTREAM_REPLICA_HEADER), over()))
             stream = raw.parse()
             open_streams.append(asyncio.create_task(_drain(stream)))
             await asyncio.sleep(0.05)
@@ -169,8 +171,8 @@ def test_canary_split_is_sticky_when_the_percent_is_raised(routed: RunningStack)
 def test_shadow_copies_are_about_the_fraction_and_never_reach_a_client(
         routed: RunningStack) -> None:
     shadow = "chat-7b@v15-0"
-    before = rs.replica_metric(routed, shadow, "modelfleet_replica_requests_total", traffic="shadow")
-    served_before = rs.replica_metric(routed, shadow, "modelfleet_replica_requests_total",
+    before = rs.replica_metric(routed, shadow, REPLICA_REQUESTS, traffic="shadow")
+    served_before = rs.replica_metric(routed, shadow, REPLICA_REQUESTS,
                                    traffic="served")
 
     async def main() -> list[rs.Turn]:
@@ -187,10 +189,10 @@ def test_shadow_copies_are_about_the_fraction_and_never_reach_a_client(
                    for g in ("running", "queue_depth"))
 
     rs.wait_for(lambda: held() == 0, 10, "the shadow copies to finish")
-    copies = rs.replica_metric(routed, shadow, "modelfleet_replica_requests_total",
+    copies = rs.replica_metric(routed, shadow, REPLICA_REQUESTS,
                                traffic="shadow") - before
     assert 300 * SHADOW_FRACTION * 0.6 <= copies <= 300 * SHADOW_FRACTION * 1.4, copies
-    assert rs.replica_metric(routed, shadow, "modelfleet_replica_requests_total",
+    assert rs.replica_metric(routed, shadow, REPLICA_REQUESTS,
                           traffic="served") == served_before
 
 
@@ -201,7 +203,7 @@ def test_a_client_cannot_pick_its_replica(routed: RunningStack) -> None:
         client = rs.aclient(routed)
         return await rs.stream_turn(
             client, "forged-1", [{"role": "user", "content": "hi"}], model="chat-7b@v13",
-            extra_headers={"x-conversation-id": "forged-1",
+            extra_headers={CONVERSATION_HEADER: "forged-1",
                            "x-gateway-destination-endpoint": f"127.0.0.1:{canary['port']}"})
 
     turn = asyncio.run(main())

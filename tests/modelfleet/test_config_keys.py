@@ -11,6 +11,7 @@ from modelfleet.config import PlatformConfig, Team, TeamLimit
 from modelfleet.config.keyhash import hash_key
 from modelfleet.config.keys import Authenticated, KeyRing, authorize, bearer_token, generate_key
 from modelfleet.contract.errors import ApiError, ErrorType
+from modelfleet.contract.headers import PRIORITY_HEADER
 
 
 def test_hash_key_is_the_config_form() -> None:
@@ -94,4 +95,4 @@ def test_authorize_model_and_tier(platform_config: PlatformConfig) -> None:
 
     no_tier = authorize(teams["research"], "chat-7b", "interactive")
     assert isinstance(no_tier, ApiError)
-    assert (no_tier.status, no_tier.code, no_tier.param) == (403, "tier_not_allowed", "x-priority")
+    assert (no_tier.status, no_tier.code, no_tier.param) == (403, "tier_not_allowed", PRIORITY_HEADER)

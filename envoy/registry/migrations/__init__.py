@@ -1,4 +1,4 @@
-"""The registry's Alembic history (``versions/``), run in code at start by :func:`run_migrations`
+"""The registry's Alembic history (``versions/``), run in code at start by :func:`modelfleet.db.run_migrations`
 under the version table ``<prefix>alembic_registry``.
 
 Revisions: ``reg0001`` the seven tables as first released (``rollouts`` without ``previous``);
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, inspect
 
 from modelfleet import db
 
@@ -30,13 +30,3 @@ def detect(conn: Connection, prefix: str) -> str | None:
 
 HISTORY = db.History(Path(__file__).resolve().parent, "registry", detect,
                      frozenset({"reg0001", "reg0002"}))
-
-
-def run_migrations(engine: Engine, prefix: str) -> list[str]:
-    """Bring the registry tables under ``prefix`` to head (created, stamped or upgraded)."""
-    return db.run_migrations(engine, HISTORY, prefix)
-
-
-def drop_version_table(engine: Engine, prefix: str) -> None:
-    """Drop the registry history's version table (tests)."""
-    db.drop_version_table(engine, prefix, HISTORY.schema)

@@ -1,5 +1,5 @@
 """The usage tables' Alembic history (``versions/``), run in code at start by
-:func:`run_migrations` under the version table ``<prefix>alembic_usage``.
+:func:`modelfleet.db.run_migrations` under the version table ``<prefix>alembic_usage``.
 
 Revisions: ``usage0001`` the first two tables (``<prefix>usage`` keyed by team, model, version,
 region, minute; ``<prefix>usage_batches``); ``usage0002`` the ``tier`` column (default
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, inspect
 
 from modelfleet import db
 
@@ -28,13 +28,3 @@ def detect(conn: Connection, prefix: str) -> str | None:
 
 HISTORY = db.History(Path(__file__).resolve().parent, "usage", detect,
                      frozenset({"usage0001", "usage0002"}))
-
-
-def run_migrations(engine: Engine, prefix: str) -> list[str]:
-    """Bring the usage tables under ``prefix`` to head (created, stamped or upgraded)."""
-    return db.run_migrations(engine, HISTORY, prefix)
-
-
-def drop_version_table(engine: Engine, prefix: str) -> None:
-    """Drop the usage history's version table (tests)."""
-    db.drop_version_table(engine, prefix, HISTORY.schema)

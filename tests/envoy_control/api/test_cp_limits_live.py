@@ -29,6 +29,7 @@ from gateway_ext.runtime import Runtime, build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig, load_config
+from modelfleet.contract.headers import PRIORITY_HEADER
 from modelfleet.local.envoy_process import free_port
 
 pytestmark = pytest.mark.live
@@ -112,7 +113,7 @@ async def wait_for(probe: Any, timeout_s: float) -> float:
 async def test_a_limit_changed_by_the_admin_api_applies_at_the_gateway_within_a_second(
         tmp_path: Path, control_plane: ControlPlane) -> None:
     key = load_config(REPO / "config").config.local.dev_keys["search"]
-    headers = {"authorization": f"Bearer {key}", "x-priority": "interactive"}
+    headers = {"authorization": f"Bearer {key}", PRIORITY_HEADER: "interactive"}
     admin = {"Authorization": f"Bearer {TOKEN}"}
     async with gateway(tmp_path, control_plane) as (gw, runtime), httpx.AsyncClient() as cp:
 

@@ -21,12 +21,17 @@ from envoy_control.resources.body_routes import canary_weights
 from envoy_control.resources.bootstrap import render_bootstrap
 from envoy_control.resources.build import ListenerSpec, build_resources, unroutable_replicas
 from envoy_control.resources.ext_authz import GATEWAY_CLUSTER
-from envoy_control.resources.routes import CONVERSATION_HEADER, UPSTREAM_HEADERS
+from envoy_control.resources.routes import UPSTREAM_HEADERS
 from envoy_control.state.replicas import Replica
 from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 from modelfleet.config import PlatformConfig, Shadow
-from modelfleet.contract.headers import MAX_BODY_BYTES, SHED_STATUS
+from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
+    MAX_BODY_BYTES,
+    PRIORITY_HEADER,
+    SHED_STATUS,
+)
 from modelfleet.contract.headers import UPSTREAM_HEADERS as GATEWAY_HEADERS
 
 
@@ -202,7 +207,7 @@ def test_listener_checks_every_request_with_the_gateway(example_config: Platform
     assert not authz.with_request_body.allow_partial_message
     assert authz.http_service.server_uri.timeout.seconds > 120  # above the longest queue wait
     assert {p.exact for p in authz.allowed_headers.patterns} == {
-        "authorization", "x-priority", "x-conversation-id", "content-type", "content-length"}
+        "authorization", PRIORITY_HEADER, CONVERSATION_HEADER, "content-type", "content-length"}
     response = authz.http_service.authorization_response
     assert {p.exact for p in response.allowed_upstream_headers.patterns} == set(GATEWAY_HEADERS)
     assert {p.exact or p.prefix for p in response.allowed_client_headers.patterns} == {

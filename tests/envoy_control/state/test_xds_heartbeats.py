@@ -7,6 +7,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from envoy_control.api.deps import admin_access
 from envoy_control.api.http import create_app
+from envoy_control.api.state import HeartbeatIn
 from envoy_control.resources.build import ListenerSpec
 from envoy_control.state.plane import ControlPlane
 from envoy_control.state.publish import RouterPublisher
@@ -23,6 +25,7 @@ from envoy_control.xds.snapshot import CLUSTER, ENDPOINT, ROUTE
 from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
+from modelfleet.contract.heartbeat import Heartbeat
 from modelfleet.contract.router_state import load_router_state
 
 if TYPE_CHECKING:
@@ -240,3 +243,9 @@ async def test_timer_writes_the_state_file(
         assert load_router_state(path) == plane.router.current
     finally:
         timer.cancel()
+
+
+def test_the_api_takes_the_contracts_heartbeat_field_for_field() -> None:
+    """The middleware posts ``asdict(Heartbeat)``; the API's body model must accept every field
+    under the same name (and add none a replica does not send)."""
+    assert set(HeartbeatIn.model_fields) == {f.name for f in fields(Heartbeat)}

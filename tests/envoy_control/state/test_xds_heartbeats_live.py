@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from modelfleet.contract.headers import UPSTREAM_REPLICA_HEADER
 from modelfleet.contract.router_state import load_router_state
 from modelfleet.contract.router_state_types import RouterState
 from modelfleet.local.envoy_process import EnvoyProcess
@@ -72,7 +73,7 @@ def test_missed_beats_take_a_replica_out_of_envoy_and_a_beat_brings_it_back(
     body = heartbeat_body(HB, hb.port)
     beater = beaters(control_plane.url, body)
     poll(lambda: listed(api, envoy, hb.port), 2)  # self-registered by its first beat
-    poll(lambda: chat(api, control_plane).headers.get("x-modelfleet-replica") == HB, 5, 0)
+    poll(lambda: chat(api, control_plane).headers.get(UPSTREAM_REPLICA_HEADER) == HB, 5, 0)
     path = control_plane.state_file
     assert path is not None
     poll(lambda: saved_v13(path) == PUT_REPLICAS | {HB}, 2)
@@ -83,7 +84,7 @@ def test_missed_beats_take_a_replica_out_of_envoy_and_a_beat_brings_it_back(
     while listed(api, envoy, hb.port):  # the others keep serving meanwhile
         r = chat(api, control_plane)
         assert r.status_code == 200
-        served.add(r.headers["x-modelfleet-replica"])
+        served.add(r.headers[UPSTREAM_REPLICA_HEADER])
         assert time.monotonic() - beater.last_ok < 5, "still listed 5 s after the last beat"
         time.sleep(0.01)
     gone_after = time.monotonic() - beater.last_ok

@@ -30,6 +30,13 @@ from envoy_control.xds.server import start_ads_server
 from envoy_control.xds.snapshot import CLUSTER, new_snapshot
 
 from modelfleet.config import load_config
+from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
+    PRIORITY_HEADER,
+    UPSTREAM_CLUSTER_HEADER,
+    UPSTREAM_HOST_HEADER,
+    UPSTREAM_REPLICA_HEADER,
+)
 from modelfleet.local.envoy_process import (
     EnvoyProcess,
     config_dump,
@@ -127,9 +134,9 @@ def test_routes_on_the_gateways_route_header(
 ) -> None:
     pinned = _chat(control_plane, {"model": "chat-7b@v14", "messages": []})
     assert pinned.status_code == 200
-    assert pinned.headers["x-modelfleet-cluster"] == "chat-7b@v14"
-    assert pinned.headers["x-modelfleet-replica"] == "chat-7b-v14-0"
-    assert pinned.headers["x-modelfleet-upstream"].startswith("127.0.0.1:")
+    assert pinned.headers[UPSTREAM_CLUSTER_HEADER] == "chat-7b@v14"
+    assert pinned.headers[UPSTREAM_REPLICA_HEADER] == "chat-7b-v14-0"
+    assert pinned.headers[UPSTREAM_HOST_HEADER].startswith("127.0.0.1:")
     assert pinned.headers["x-ratelimit-remaining-tokens"] == "99"  # the gateway's, on success
     assert json.loads(pinned.json()["body"]) == {"model": "chat-7b@v14", "messages": []}
     method, path, sent = gateway_checks[-1]
@@ -137,7 +144,7 @@ def test_routes_on_the_gateways_route_header(
     assert sent["content-length"] == str(len(json.dumps({"model": "chat-7b@v14", "messages": []})))
 
     alias = _chat(control_plane, {"model": "chat-7b"})
-    assert alias.headers["x-modelfleet-cluster"] == "chat-7b@v13"
+    assert alias.headers[UPSTREAM_CLUSTER_HEADER] == "chat-7b@v13"
 
     no_replica = _chat(control_plane, {"model": "reason-70b"})
     assert no_replica.status_code == 503
@@ -165,7 +172,7 @@ def test_only_the_gateway_sets_route_and_identity_headers(
     forged = {"x-route-version": "chat-7b@v14", "x-modelfleet-team": "someone-else",
               "x-modelfleet-reservation": "forged", "x-modelfleet-tier": "interactive"}
     r = _chat(control_plane, {"model": "chat-7b@v13"}, forged)
-    assert r.headers["x-modelfleet-cluster"] == "chat-7b@v13"
+    assert r.headers[UPSTREAM_CLUSTER_HEADER] == "chat-7b@v13"
     upstream = json.loads(r.content)
     assert "forged" not in json.dumps(upstream)
     assert gateway_checks[-1][2].get("x-modelfleet-team") is None  # stripped before the check
@@ -174,7 +181,7 @@ def test_only_the_gateway_sets_route_and_identity_headers(
 def test_gateway_refusals_reach_the_client_with_body_and_retry_after(
     control_plane: ControlPlaneProcess, envoy: EnvoyProcess
 ) -> None:
-    denied = _chat(control_plane, {"model": "chat-7b"}, {"x-priority": "deny"})
+    denied = _chat(control_plane, {"model": "chat-7b"}, {PRIORITY_HEADER: "deny"})
     assert denied.status_code == 429
     assert denied.headers["retry-after"] == "7"
     assert denied.headers["x-ratelimit-remaining-tokens"] == "0"
@@ -182,7 +189,7 @@ def test_gateway_refusals_reach_the_client_with_body_and_retry_after(
     assert denied.headers["content-type"] == "application/json"
     assert denied.json()["error"]["code"] == "deny"
 
-    shed = _chat(control_plane, {"model": "chat-7b"}, {"x-priority": "shed"})
+    shed = _chat(control_plane, {"model": "chat-7b"}, {PRIORITY_HEADER: "shed"})
     assert shed.status_code == 503  # the 460 marker, mapped back by Envoy
     assert shed.headers["retry-after"] == "7"
     assert shed.json()["error"]["code"] == "shed"
@@ -197,13 +204,13 @@ def test_conversations_stick_to_one_replica(
     for i in range(5):
         seen = {
             _chat(
-                control_plane, {"model": "chat-7b@v13"}, {"x-conversation-id": f"sticky-{i}"}
-            ).headers["x-modelfleet-replica"]
+                control_plane, {"model": "chat-7b@v13"}, {CONVERSATION_HEADER: f"sticky-{i}"}
+            ).headers[UPSTREAM_REPLICA_HEADER]
             for _ in range(5)
         }
         assert len(seen) == 1  # one conversation, one replica
     spread = Counter(
-        _chat(control_plane, {"model": "chat-7b@v13"}).headers["x-modelfleet-replica"]
+        _chat(control_plane, {"model": "chat-7b@v13"}).headers[UPSTREAM_REPLICA_HEADER]
         for _ in range(30)
     )
     assert len(spread) >= 2  # no conversation id: Envoy's ring hash picks a random point
@@ -227,7 +234,7 @@ def test_replica_removal_is_applied_within_a_second(
     eds_version = r.json()["snapshot_version"]
     poll(lambda: _node(control_plane, envoy)["types"]["eds"]["acked_version"] == eds_version, 2)
     served = {
-        _chat(control_plane, {"model": "chat-7b@v13"}).headers["x-modelfleet-replica"]
+        _chat(control_plane, {"model": "chat-7b@v13"}).headers[UPSTREAM_REPLICA_HEADER]
         for _ in range(20)
     }
     assert "chat-7b-v13-2" not in served
@@ -273,7 +280,7 @@ def test_config_change_is_applied_within_a_second(
     r, _ = poll(
         lambda: (x := _chat(control_plane, {"model": "chat-7b@v15"})).status_code == 200 and x, 2
     )
-    assert r.headers["x-modelfleet-replica"] == "chat-7b-v15-0"
+    assert r.headers[UPSTREAM_REPLICA_HEADER] == "chat-7b-v15-0"
 
 
 def test_nack_is_recorded_and_previous_config_keeps_serving(

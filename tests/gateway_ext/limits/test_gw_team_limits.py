@@ -19,6 +19,7 @@ from gateway_ext.routing.feed import RouterFeed
 from gateway_ext.runtime import build_runtime
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig, TeamLimit
+from modelfleet.contract.headers import PRIORITY_HEADER
 from modelfleet.contract.router_state import parse_router_state, write_router_state
 from modelfleet.contract.router_state_types import (
     ModelAlias,
@@ -99,7 +100,7 @@ def test_a_gateway_decides_on_the_published_limits(
                             platform_config, clock=lambda: 100.0)
     feed = RouterFeed(runtime.router, runtime.lifecycle, None, state_file=tmp_path / "state.json")
     core = runtime.lifecycle.core
-    headers = {"authorization": f"Bearer {dev_keys['search']}", "x-priority": "interactive"}
+    headers = {"authorization": f"Bearer {dev_keys['search']}", PRIORITY_HEADER: "interactive"}
 
     def decide(request_id: str, now: float = 100.0) -> Admitted | Refused:
         return core.decide(headers, json.dumps(CHAT).encode(), now, request_id)

@@ -15,7 +15,7 @@ from gateway_ext.runtime import build_runtime
 from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.headers import DESTINATION_HEADER
+from modelfleet.contract.headers import CONVERSATION_HEADER, DESTINATION_HEADER
 from modelfleet.contract.router_state import write_router_state
 from modelfleet.contract.router_state_types import (
     ModelAlias,
@@ -50,7 +50,7 @@ async def checked(app: Any, key: str, conversation: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
             return await client.post(
                 "/authz/v1/chat/completions", content=json.dumps(CHAT).encode(),
-                headers={"authorization": f"Bearer {key}", "x-conversation-id": conversation})
+                headers={"authorization": f"Bearer {key}", CONVERSATION_HEADER: conversation})
 
 
 async def test_a_gateway_started_while_the_control_plane_is_down_routes_on_the_file(
@@ -101,7 +101,7 @@ async def test_the_feed_follows_the_control_plane_and_keeps_the_last_state_when_
     feed = RouterFeed(runtime.router, runtime.lifecycle, cp, wait_s=0.01)
     runtime.lifecycle.set_capacity("chat-7b@v13", 0)  # no replica yet: requests queue
     body = json.dumps(CHAT).encode()
-    headers = {"authorization": f"Bearer {dev_keys['search']}", "x-conversation-id": "c-1"}
+    headers = {"authorization": f"Bearer {dev_keys['search']}", CONVERSATION_HEADER: "c-1"}
     queued = asyncio.ensure_future(runtime.lifecycle.check(headers, body))
     await asyncio.sleep(0)
     assert not queued.done()

@@ -29,7 +29,11 @@ from gateway_ext.routing.router import Picking, Router, RoutingPolicy
 from gateway_ext.runtime import build_runtime
 from gateway_ext.settings import Settings
 from modelfleet.config import PlatformConfig
-from modelfleet.contract.headers import DESTINATION_HEADER, ROUTE_VERSION_HEADER
+from modelfleet.contract.headers import (
+    CONVERSATION_HEADER,
+    DESTINATION_HEADER,
+    ROUTE_VERSION_HEADER,
+)
 from modelfleet.contract.router_state import parse_router_state
 from modelfleet.contract.router_state_types import (
     ModelAlias,
@@ -165,7 +169,7 @@ async def test_a_version_registered_later_gets_a_pool_and_its_canary_share(
         return states[-1].as_dict()
 
     feed = RouterFeed(runtime.router, runtime.lifecycle, fetch, wait_s=0.01)
-    headers = {"authorization": f"Bearer {dev_keys['search']}", "x-conversation-id": "c-1"}
+    headers = {"authorization": f"Bearer {dev_keys['search']}", CONVERSATION_HEADER: "c-1"}
     body = json.dumps(CHAT).encode()
     pools = runtime.lifecycle.core.pools
     assert "chat-7b@v15" not in pools
@@ -180,7 +184,7 @@ async def test_a_version_registered_later_gets_a_pool_and_its_canary_share(
     assert pools["chat-7b@v15"].capacity_tokens == 2 * 90_000
     assert pools["chat-7b@v15"].concurrency is pools["chat-7b@v13"].concurrency
     assert "mystery@v1" not in pools  # a model this gateway cannot authorize anyone for
-    new_conversation = {**headers, "x-conversation-id": "c-2"}
+    new_conversation = {**headers, CONVERSATION_HEADER: "c-2"}
     result: Any = await runtime.lifecycle.check(new_conversation, body)
     assert result.headers[ROUTE_VERSION_HEADER] == "chat-7b@v15"
     assert all(h.startswith("10.0.3.") for h in result.headers[DESTINATION_HEADER].split(","))

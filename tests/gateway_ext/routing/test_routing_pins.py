@@ -25,6 +25,7 @@ from gateway_ext.routing.versions import (
     split_point,
 )
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.contract.router_state_types import ModelAlias
 
 ALIAS = ModelAlias("chat-7b", live="v13", canary="v14", canary_percent=1.0)
@@ -138,7 +139,7 @@ def test_the_router_pins_through_its_store(platform_config: PlatformConfig) -> N
     router = Router(platform_config, MemoryPinStore(), ["chat-7b@v13", "chat-7b@v14"],
                     rng=random.Random(1))
     body = b'{"model": "chat-7b", "messages": [{"role": "user", "content": "hi"}]}'
-    with_id = parse_chat_request(body, {"x-conversation-id": "conv-9"}, platform_config)
+    with_id = parse_chat_request(body, {CONVERSATION_HEADER: "conv-9"}, platform_config)
     without = parse_chat_request(body, {}, platform_config)
     assert isinstance(with_id, ChatRequest) and isinstance(without, ChatRequest)
     first = router.choose_version(with_id)
@@ -146,7 +147,7 @@ def test_the_router_pins_through_its_store(platform_config: PlatformConfig) -> N
     picks = [router.choose_version(without) for _ in range(2000)]
     assert 0.07 < picks.count("v14") / 2000 < 0.13  # config: 10%, drawn per request
     by_team = [(router.choose_version(with_id, "search"), router.choose_version(with_id, "ads"))
-               for with_id in (parse_chat_request(body, {"x-conversation-id": f"c-{i}"},
+               for with_id in (parse_chat_request(body, {CONVERSATION_HEADER: f"c-{i}"},
                                                   platform_config) for i in range(300))
                if isinstance(with_id, ChatRequest)]
     assert sum(a != b for a, b in by_team) > 20  # 10% each: two teams' pins are their own

@@ -36,6 +36,7 @@ from gateway_ext.service import create_app
 from gateway_ext.settings import Settings
 from gateway_ext.shared_lifecycle import SharedLifecycle
 from modelfleet.config import PlatformConfig
+from modelfleet.contract.headers import CONVERSATION_HEADER
 from modelfleet.contract.router_state_types import ModelAlias
 
 ERRORS = (redis.RedisError, OSError)
@@ -162,7 +163,7 @@ def make_gate(config: PlatformConfig, client: redis.asyncio.Redis, prefix: str, 
 def chat(key: str, cid: str, max_tokens: int = 100) -> tuple[dict[str, str], bytes]:
     body = {"model": "chat-7b", "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": "Hi!"}]}
-    return {"authorization": f"Bearer {key}", "x-conversation-id": cid}, json.dumps(body).encode()
+    return {"authorization": f"Bearer {key}", CONVERSATION_HEADER: cid}, json.dumps(body).encode()
 
 
 async def test_two_shared_lifecycles_agree_on_a_conversations_version_through_redis(
