@@ -148,20 +148,33 @@ def test_a_replica_that_misses_a_beat_is_not_a_first_choice(failing: RunningStac
                            model="chat-7b@v13")
             for cid in rs.homed_on(ids, victim, "hung", 4))), 15))
 
-    os.kill(pid, signal.SIGSTOP)
-    stopped_at = time.monotonic()
-    try:
-        rs.wait_for(lambda: listed()[victim]["stale"], 5, "the gateway sees a stale beat", 0.02)
-        print(f"{victim} stale in the gateway {time.monotonic() - stopped_at:.2f} s after SIGSTOP")
-        served = asyncio.run(turns())
-        still_listed = victim in listed()
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert all(t.error is None and t.replica_id not in (None, victim) for t in served), served
-    assert still_listed  # served while it was still in the state (and in EDS): not its removal
-    rs.wait_for(lambda: (v := listed()).get(victim) and not v[victim]["stale"], 15,
-                f"{victim} a first choice again")
-    rs.wait_for(lambda: len(rs.routable(failing)) == 3, 10, "3 routable v13 replicas")
+    def back() -> None:
+        rs.wait_for(lambda: (v := listed()).get(victim) and not v[victim]["stale"], 15,
+                    f"{victim} a first choice again")
+        rs.wait_for(lambda: len(rs.routable(failing)) == 3, 10, "3 routable v13 replicas")
+
+    # The window between "stale" (2 missed intervals) and leaving the state (3) is about a
+    # second; on a loaded machine the four turns can outlast it, and then this attempt cannot
+    # tell steering from removal: it is run again (at most 3 times), never counted as a pass.
+    attempts = []
+    for _ in range(3):
+        os.kill(pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            rs.wait_for(lambda: listed()[victim]["stale"], 5, "the gateway sees a stale beat", 0.02)
+            stale_s = time.monotonic() - stopped_at
+            served = asyncio.run(turns())
+            still_listed = victim in listed()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        print(f"{victim} stale in the gateway {stale_s:.2f} s after SIGSTOP; still listed after "
+              f"the turns: {still_listed}")
+        assert all(t.error is None and t.replica_id not in (None, victim) for t in served), served
+        attempts.append(still_listed)
+        back()
+        if still_listed:  # served while it was still in the state (and in EDS): not its removal
+            break
+    assert attempts[-1], attempts
 
 
 def test_a_replica_lost_mid_run_retries_what_had_not_started(failing: RunningStack) -> None:
